@@ -1,0 +1,54 @@
+# hwgen: `make demo` runs the default job, `make test` the test suite; both set up first.
+# Per-accelerator targets (make pq-decoder, make lut-builder, ...) come from hwgen's registry.
+
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+HWGEN   := $(VENV)/bin/hwgen
+BOARD   ?= u280
+STALL   ?= 0.2
+SEED    ?= 1
+PYTEST_ARGS ?=
+
+# Names of the registered accelerators; registry.py imports nothing outside the standard
+# library, so the system Python can read it before the venv exists.
+ACCELERATORS := $(shell $(PYTHON) -c "import sys; sys.path.insert(0, '.'); \
+	from hwgen.registry import names; print(' '.join(names()))")
+
+.PHONY: setup test demo clean distclean list $(ACCELERATORS)
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@command -v yosys >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's yosys"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq yosys >/dev/null; \
+	  else echo "warning: yosys not found and not root: synthesis tests will be skipped"; fi; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(HWGEN) demo
+
+list: setup
+	$(HWGEN) list
+
+# One target per accelerator: simulate with random stalls against the golden model, then
+# build Verilog + vendor files for $(BOARD) with a yosys resource estimate, into build/<name>/.
+$(ACCELERATORS): setup
+	@mkdir -p build/$@
+	$(HWGEN) sim $@ --stall $(STALL) --seed $(SEED) --json build/$@/sim.json
+	$(HWGEN) build $@ --board $(BOARD) --synth --out build/$@
+
+clean:
+	rm -rf build .pytest_cache results.xml
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,194 @@
+"""The ``hwgen`` command line: list, build, sim, synth.
+
+Every command takes the accelerator's parameters from its defaults, then ``--config FILE.json``,
+then ``--set key=value`` (repeatable). Invalid input is reported on one line naming the parameter
+and its allowed range, with exit status 2; a simulation that disagrees with the golden model
+exits with status 1.
+"""
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import registry
+from .errors import ConfigError, HwgenError, SimulationMismatch
+
+__all__ = ["main"]
+
+
+def _fail(message, code):
+    click.echo(f"hwgen: error: {message}", err=True)
+    sys.exit(code)
+
+
+def reports_errors(fn):
+    """Turn hwgen's errors into one-line messages and exit codes (no tracebacks)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SimulationMismatch as e:
+            _fail(str(e), 1)
+        except HwgenError as e:
+            _fail(str(e), 2)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+    return wrapper
+
+
+def _log(message):
+    click.echo(f"  {message}", err=True)
+
+
+def _board(name):
+    if name is None:
+        return None
+    from .boards import load_board
+    return load_board(name)
+
+
+def _config(name, sets, config_file, board):
+    acc = registry.get(name)
+    return acc, acc.make_config(sets, config_file, board)
+
+
+def _write_json(path, data):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+config_options = [
+    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                 help="Override one parameter (repeatable)."),
+    click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                 help="JSON file of parameters."),
+]
+
+
+def with_config_options(fn):
+    for option in reversed(config_options):
+        fn = option(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hwgen")
+def main():
+    """hwgen: generate, simulate and size data-centre ML accelerators."""
+
+
+@main.command("list")
+@click.argument("name", required=False)
+@click.option("--boards", is_flag=True, help="List the target boards instead.")
+@reports_errors
+def list_cmd(name, boards):
+    """List accelerators (or boards); with NAME, show its parameters."""
+    if boards:
+        from .boards import board_names, load_board
+        for b in map(load_board, board_names()):
+            mem = ", ".join(f"{mc.count}x {mc.kind}" for mc in b.memory)
+            click.echo(f"{b.name:<11} {b.title:<28} {b.part:<26} {mem}; "
+                       f"{b.kernel_clock_mhz:g} MHz")
+        return
+    if name:
+        acc = registry.get(name)
+        click.echo(f"{acc.name}: {acc.summary}\n")
+        for pname, default, allowed, doc in acc.config.describe():
+            click.echo(f"  {pname:<12} default {default!s:<6} {allowed:<26} {doc}")
+        return
+    for acc in registry.ACCELERATORS.values():
+        click.echo(f"{acc.name:<14} {acc.summary}")
+
+
+@main.command()
+@click.argument("name")
+@with_config_options
+@click.option("--board", help="Target board (see hwgen list --boards).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output directory.")
+@click.option("--synth/--no-synth", default=False,
+              help="Also run yosys and put the resource estimate in report.json.")
+@reports_errors
+def build(name, sets, config_file, board, out_dir, synth):
+    """Generate Verilog, ports.json, report.json and vendor files."""
+    from .flow.build import build_accelerator
+    board_obj = _board(board)
+    acc, cfg = _config(name, sets, config_file, board_obj)
+    written = build_accelerator(acc, cfg, board_obj, Path(out_dir), synth=synth, log=_log)
+    for path in written:
+        click.echo(str(path))
+
+
+@main.command()
+@click.argument("name")
+@with_config_options
+@click.option("--items", type=int, help="Number of input items (accelerator-specific unit).")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--stall", type=float, default=0.0, show_default=True,
+              help="Probability per cycle of an input gap and, independently, of output "
+                   "backpressure.")
+@click.option("--waves", is_flag=True, help="Dump a VCD waveform (dump.vcd in the run dir).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the result as JSON.")
+@reports_errors
+def sim(name, sets, config_file, items, seed, stall, waves, json_path):
+    """Simulate the Verilog on Verilator and compare with the golden model."""
+    from .flow.simulate import check, simulate
+    acc, cfg = _config(name, sets, config_file, None)
+    result = simulate(acc, cfg, items=items, seed=seed, stall=stall, waves=waves,
+                      progress=sys.stderr.isatty(), log=_log)
+    if json_path:
+        _write_json(json_path, result)
+    click.echo(f"{acc.name}: {result['results']} results from {result['items']} items, "
+               f"{result['mismatches']} mismatches; {result['cycles']} cycles, "
+               f"{result['results_per_cycle']:.4f} results/cycle at steady state, "
+               f"latency {result['latency_cycles']} cycles (stall {stall:g}, seed {seed})")
+    if waves:
+        click.echo(f"waveform: {Path(result['run_dir']) / 'dump.vcd'}")
+    check(result)
+
+
+@main.command()
+@click.argument("name")
+@with_config_options
+@click.option("--board", help="Board whose resources the percentages refer to.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report as JSON.")
+@reports_errors
+def synth(name, sets, config_file, board, json_path):
+    """Estimate resources with yosys synth_xilinx (UltraScale+ cells)."""
+    from .flow.synth import synthesize
+    board_obj = _board(board)
+    acc, cfg = _config(name, sets, config_file, board_obj)
+    report = synthesize(acc, cfg, board=board_obj, log=_log)
+    if json_path:
+        _write_json(json_path, report)
+    res = report["resources"]
+    pct = report.get("percent", {})
+    click.echo(f"{acc.name} ({report['tool']}):")
+    for key, label in (("lut", "LUT"), ("ff", "FF"), ("bram18", "BRAM18"), ("uram", "URAM"),
+                       ("dsp", "DSP"), ("carry", "CARRY")):
+        share = {"bram18": pct.get("bram")}.get(key, pct.get(key))
+        extra = f"  ({share:.3f}% of {report['board']})" if share is not None else ""
+        click.echo(f"  {label:<7}{res[key]:>9}{extra}")
+    if "lutram" in res and res["lutram"]:
+        click.echo(f"  (LUT includes {res['lutram']} LUTs used as distributed RAM/SRL)")
+
+
+@main.command()
+@click.option("--queries", type=int, default=4, show_default=True)
+@click.option("--stall", type=float, default=0.2, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@reports_errors
+def demo(queries, stall, seed):
+    """IVF-PQ search through the LUT-builder and PQ-decoder Verilog, checked against faiss."""
+    from .vecsearch.demo import run_demo
+    if not run_demo(queries=queries, stall=stall, seed=seed, echo=click.echo):
+        raise SimulationMismatch("the demo's RTL results differ from faiss")
+
+
+if __name__ == "__main__":
+    main()

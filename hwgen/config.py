@@ -1,0 +1,180 @@
+"""Validated, JSON-round-trip configuration dataclasses.
+
+Every accelerator's parameters are a frozen dataclass deriving from :class:`Config`; each field is
+declared with :func:`param`, which records its allowed range and a one-line description. Values
+are checked on construction, so an invalid configuration never reaches elaboration: the error is a
+:class:`~hwgen.errors.ConfigError` naming the parameter, the value and the allowed range.
+
+Example::
+
+    @dataclass(frozen=True)
+    class PQDecoderConfig(Config):
+        m: int = param(16, "sub-spaces: bytes per PQ code", lo=1, hi=64)
+
+        def check(self):            # cross-field rules, after the per-field checks
+            ...
+
+    PQDecoderConfig.from_dict({"m": 24})
+    PQDecoderConfig().with_overrides(["m=24"])    # strings as given to `hwgen --set`
+"""
+
+import dataclasses
+import hashlib
+import json
+
+from .errors import ConfigError
+
+__all__ = ["Config", "param"]
+
+
+def param(default, doc, *, lo=None, hi=None, choices=None):
+    """Declare a configuration field.
+
+    Parameters
+    ----------
+    default :
+        Default value; its type (``int``, ``bool``, ``str``, ``float``) is the field's type.
+    doc : str
+        One-line description, shown by ``hwgen list NAME``.
+    lo, hi : number, optional
+        Inclusive bounds of numeric fields.
+    choices : sequence, optional
+        Allowed values of an enumerated field.
+    """
+    meta = {"doc": doc, "lo": lo, "hi": hi, "choices": tuple(choices) if choices else None}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _allowed(field):
+    meta = field.metadata
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    if meta.get("choices"):
+        return "one of " + ", ".join(str(c) for c in meta["choices"])
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is not None and hi is not None:
+        return f"{'an integer' if kind == 'int' else 'a number'} in {lo}..{hi}"
+    if lo is not None:
+        return f"{'an integer' if kind == 'int' else 'a number'} >= {lo}"
+    if hi is not None:
+        return f"{'an integer' if kind == 'int' else 'a number'} <= {hi}"
+    return {"int": "an integer", "bool": "true or false", "str": "a string",
+            "float": "a number"}.get(kind, kind)
+
+
+def _parse_text(field, text):
+    """Parse a ``--set key=value`` string into the field's type."""
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    try:
+        if kind == "bool":
+            low = text.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            return int(text, 0)
+        if kind == "float":
+            return float(text)
+        return text
+    except ValueError:
+        raise ConfigError(field.name, f"must be {_allowed(field)}", value=text) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Base of all accelerator configurations (see module docstring)."""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            self._check_field(field, getattr(self, field.name))
+        self.check()
+
+    @staticmethod
+    def _check_field(field, value):
+        kind = field.type if isinstance(field.type, str) else field.type.__name__
+        meta = field.metadata
+        ok_type = {
+            "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+            "bool": lambda v: isinstance(v, bool),
+            "str": lambda v: isinstance(v, str),
+            "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        }.get(kind, lambda v: True)
+        if not ok_type(value):
+            raise ConfigError(field.name, f"must be {_allowed(field)}", value=value)
+        if meta.get("choices") and value not in meta["choices"]:
+            raise ConfigError(field.name, f"must be {_allowed(field)}", value=value)
+        lo, hi = meta.get("lo"), meta.get("hi")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(field.name, f"must be {_allowed(field)}", value=value)
+
+    def check(self):
+        """Cross-field validation; override and raise :class:`ConfigError`."""
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def fields(cls):
+        return {f.name: f for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_dict(cls, values):
+        """Build from a mapping, rejecting unknown keys."""
+        known = cls.fields()
+        for key in values:
+            if key not in known:
+                raise ConfigError(key, "unknown parameter; known parameters: "
+                                  + ", ".join(known), value=values[key])
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, path):
+        try:
+            with open(path) as f:
+                values = json.load(f)
+        except OSError as e:
+            raise ConfigError("config", f"cannot read: {e.strerror}", value=str(path)) from None
+        except json.JSONDecodeError as e:
+            raise ConfigError("config", f"not valid JSON ({e.msg} at line {e.lineno})",
+                              value=str(path)) from None
+        if not isinstance(values, dict):
+            raise ConfigError("config", "must hold a JSON object of parameters", value=str(path))
+        return cls.from_dict(values)
+
+    def with_overrides(self, assignments):
+        """Apply ``key=value`` strings (the CLI's ``--set``) and re-validate."""
+        known = self.fields()
+        values = self.to_dict()
+        for text in assignments:
+            key, sep, raw = text.partition("=")
+            key = key.strip()
+            if not sep:
+                raise ConfigError(key or text, "expected key=value", value=text)
+            if key not in known:
+                raise ConfigError(key, "unknown parameter; known parameters: "
+                                  + ", ".join(known), value=raw)
+            values[key] = _parse_text(known[key], raw)
+        return type(self).from_dict(values)
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def to_dict(self):
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def derived(self):
+        """Parameters that follow from the configuration (widths, latencies); for reports."""
+        return {}
+
+    def digest(self):
+        """Short stable hash of the configuration, for build-cache keys and file names."""
+        text = json.dumps({"type": type(self).__name__, **self.to_dict()}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @classmethod
+    def describe(cls):
+        """Rows (name, default, allowed, doc) for help output."""
+        return [(f.name, f.default, _allowed(f), f.metadata.get("doc", ""))
+                for f in dataclasses.fields(cls)]

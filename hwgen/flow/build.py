@@ -1,0 +1,70 @@
+"""``hwgen build``: everything a user takes to the vendor tools, in one directory.
+
+Writes the stream top's Verilog and ``ports.json`` (:mod:`hwgen.flow.emit`), with a board the
+Vitis memory-mapped kernel around it and the vendor files rendered from ``rtl_templates/``
+(:mod:`hwgen.flow.kernel`, :mod:`hwgen.flow.package`), and ``report.json``: configuration,
+derived parameters, ports, performance-model prediction, the latest simulation measurement of
+this configuration (if it was simulated) and the yosys resource estimate (if run or cached).
+"""
+
+import json
+from pathlib import Path
+
+from .emit import emit_verilog
+from .tools import cache_dir
+
+__all__ = ["build_accelerator", "latest_measurement"]
+
+
+def latest_measurement(acc, config):
+    """The newest ``hwgen sim`` summary of this configuration from the build cache, or None."""
+    runs = cache_dir() / f"{acc.name}-{config.digest()}" / "runs"
+    summaries = sorted(runs.glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
+    if not summaries:
+        return None
+    data = json.loads(summaries[-1].read_text())
+    keys = ("items", "seed", "stall", "results", "mismatches", "cycles", "results_per_cycle",
+            "latency_cycles")
+    return {k: data.get(k) for k in keys}
+
+
+def _cached_synth(acc, config):
+    path = cache_dir() / f"{acc.name}-{config.digest()}" / "synth" / "synth.json"
+    if path.exists():
+        data = json.loads(path.read_text())
+        return {k: v for k, v in data["counts"].items() if k != "cells"}
+    return None
+
+
+def build_accelerator(acc, config, board, out_dir, *, synth=False, log=None):
+    """Write the build products of ``config`` into ``out_dir``; returns the written paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    v_path, ports = emit_verilog(acc.build_core(config), acc.top_name, out_dir)
+    written = [v_path, out_dir / "ports.json"]
+
+    report = {
+        "accelerator": acc.name,
+        "summary": acc.summary,
+        "config": config.to_dict(),
+        "derived": config.derived(),
+        "board": board.name if board is not None else None,
+        "ports": ports,
+        "model": config.performance() if hasattr(config, "performance") else None,
+        "measured": latest_measurement(acc, config),
+    }
+    if synth:
+        from .synth import synthesize
+        report["resources"] = synthesize(acc, config, board=board, log=log)["resources"]
+    else:
+        report["resources"] = _cached_synth(acc, config)
+
+    if board is not None:
+        from .kernel import emit_kernel
+        from .package import write_vendor_files
+        kernel = emit_kernel(acc, config, board, out_dir)
+        report["kernel"] = kernel
+        written += write_vendor_files(acc, config, board, out_dir, kernel)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    written.append(out_dir / "report.json")
+    return written

@@ -1,0 +1,158 @@
+"""Emit Verilog and ``ports.json`` for an accelerator.
+
+The core component of an accelerator uses Amaranth streams with named payload fields
+(``i_<what>`` consumed, ``o_<what>`` produced). :class:`AXISTop` wraps it in a top-level module
+whose ports follow AXI conventions, so cocotbext-axi drives it and Vitis packages it unchanged:
+
+======================  ===================================================================
+core member             top-level ports
+======================  ===================================================================
+``i_<x>`` (In stream)   ``s_axis_<x>_tdata``, ``_tvalid``, ``_tready``, ``_tlast`` (if the
+                        payload has a ``last`` field)
+``o_<x>`` (Out stream)  ``m_axis_<x>_tdata``, ``_tvalid``, ``_tready``, ``_tlast``
+other interface ``n``   its signals flattened as ``n_<signal>`` (e.g. ``m_axi_ch0_araddr``)
+plain port ``p``        ``p``
+clock / reset           ``ap_clk``, ``ap_rst_n`` (active low, synchronous)
+======================  ===================================================================
+
+``ports.json`` records every port and, for each stream, how payload fields are packed in TDATA
+(:class:`hwgen.flow.ports.StreamFormat`).
+"""
+
+import json
+from pathlib import Path
+
+from amaranth.back import verilog
+from amaranth.hdl import ClockDomain, Module, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .ports import StreamFormat
+
+__all__ = ["AXISTop", "emit_verilog", "stream_port_name"]
+
+
+def stream_port_name(member_name, flow):
+    """AXI-Stream port prefix of a core stream member: ``i_codes`` -> ``s_axis_codes``."""
+    base = member_name
+    for prefix in ("i_", "o_"):
+        if base.startswith(prefix):
+            base = base[len(prefix):]
+            break
+    else:
+        if base in ("i", "o"):
+            base = ""
+    head = "s_axis" if flow == In else "m_axis"
+    return f"{head}_{base}" if base else head
+
+
+def _resolve(obj, path):
+    for part in path:
+        obj = obj[part] if isinstance(part, int) else getattr(obj, part)
+    return obj
+
+
+class AXISTop(wiring.Component):
+    """Top-level module with AXI-conventional port names around a core component.
+
+    Parameters
+    ----------
+    core : wiring.Component
+        The accelerator's core. Its ``sync`` domain is clocked by ``ap_clk`` and reset while
+        ``ap_rst_n`` is low.
+
+    Attributes
+    ----------
+    streams : dict
+        ``{port prefix: {"member", "direction", "format": StreamFormat}}`` for every stream.
+    """
+
+    def __init__(self, core):
+        self._core = core
+        self.streams = {}
+        self._plain = []          # (port name, path in core, flow)
+        members = {"ap_clk": In(1), "ap_rst_n": In(1)}
+        for name, member in core.signature.members.items():
+            if member.is_signature and isinstance(member.signature, stream.Signature):
+                prefix = stream_port_name(name, member.flow)
+                fmt = StreamFormat.from_shape(member.signature.members["payload"].shape)
+                self.streams[prefix] = {"member": name, "format": fmt,
+                                        "direction": "in" if member.flow == In else "out"}
+                fwd, back = (In, Out) if member.flow == In else (Out, In)
+                members[f"{prefix}_tdata"] = fwd(fmt.tdata_bits)
+                members[f"{prefix}_tvalid"] = fwd(1)
+                members[f"{prefix}_tready"] = back(1)
+                if fmt.has_last:
+                    members[f"{prefix}_tlast"] = fwd(1)
+            elif member.is_signature:
+                flip = member.flow == In
+                for path, sub in member.signature.members.flatten():
+                    if not sub.is_port:
+                        continue
+                    flow = sub.flow if not flip else (In if sub.flow == Out else Out)
+                    port = "_".join([name, *map(str, path)])
+                    members[port] = flow(sub.shape)
+                    self._plain.append((port, (name, *path), flow))
+            else:
+                members[name] = member.flow(member.shape)
+                self._plain.append((name, (name,), member.flow))
+        super().__init__(members)
+
+    def ports_description(self):
+        """The content of ``ports.json`` (without the top-level name)."""
+        streams = [{"port": prefix, "member": s["member"], "direction": s["direction"],
+                    **s["format"].to_dict()} for prefix, s in self.streams.items()]
+        signals = [{"name": port, "direction": "in" if flow == In else "out",
+                    "bits": self.signature.members[port].shape.width}
+                   for port, _, flow in self._plain]
+        return {"clock": "ap_clk", "reset": "ap_rst_n", "reset_active": "low",
+                "streams": streams, "signals": signals}
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = cd_sync = ClockDomain("sync")
+        m.d.comb += [cd_sync.clk.eq(self.ap_clk), cd_sync.rst.eq(~self.ap_rst_n)]
+        m.submodules.core = core = self._core
+
+        for prefix, s in self.streams.items():
+            port = getattr(core, s["member"])
+            fmt = s["format"]
+            tdata = getattr(self, f"{prefix}_tdata")
+            if s["direction"] == "in":
+                m.d.comb += [port.valid.eq(getattr(self, f"{prefix}_tvalid")),
+                             getattr(self, f"{prefix}_tready").eq(port.ready)]
+                for f in fmt.fields:
+                    m.d.comb += getattr(port.payload, f.name).eq(
+                        tdata[f.offset:f.offset + f.width])
+                if fmt.has_last:
+                    m.d.comb += port.payload.last.eq(getattr(self, f"{prefix}_tlast"))
+            else:
+                m.d.comb += [getattr(self, f"{prefix}_tvalid").eq(port.valid),
+                             port.ready.eq(getattr(self, f"{prefix}_tready"))]
+                for f in fmt.fields:
+                    m.d.comb += tdata[f.offset:f.offset + f.width].eq(
+                        Value.cast(getattr(port.payload, f.name)))
+                if fmt.has_last:
+                    m.d.comb += getattr(self, f"{prefix}_tlast").eq(port.payload.last)
+
+        for port, path, flow in self._plain:
+            inner = _resolve(core, path)
+            outer = getattr(self, port)
+            m.d.comb += (outer.eq(inner) if flow == Out else inner.eq(outer))
+        return m
+
+
+def emit_verilog(core, name, out_dir):
+    """Write ``<name>.v`` and ``ports.json`` for ``core`` into ``out_dir``.
+
+    Returns ``(verilog_path, ports_dict)``.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    top = AXISTop(core)
+    text = verilog.convert(top, name=name, emit_src=False)
+    v_path = out_dir / f"{name}.v"
+    v_path.write_text(text)
+    ports = {"top": name, **top.ports_description()}
+    (out_dir / "ports.json").write_text(json.dumps(ports, indent=2) + "\n")
+    return v_path, ports

@@ -1,0 +1,131 @@
+"""Stream payload formats: how a payload's named fields are packed into AXI-Stream TDATA.
+
+A stream payload is a flat :class:`amaranth.lib.data.StructLayout` whose fields are scalars or
+one-dimensional :class:`~amaranth.lib.data.ArrayLayout`\\ s of scalars. A field named ``last``
+(1 bit) travels on TLAST; every other field is packed into TDATA in declaration order, least
+significant bits first, array element 0 lowest. TDATA is padded with zeros to a whole number of
+bytes. :class:`StreamFormat` records this and packs/unpacks beats on the host side; it is written
+into ``ports.json`` so that drivers outside hwgen can do the same.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Shape
+from amaranth.lib import data
+
+__all__ = ["Field", "StreamFormat"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One payload field: ``count`` elements of ``bits`` each, starting at TDATA bit ``offset``."""
+    name: str
+    offset: int
+    bits: int
+    count: int = 1          # 1 for a scalar; array length otherwise
+    signed: bool = False
+    array: bool = False
+
+    @property
+    def width(self):
+        return self.bits * self.count
+
+    def to_dict(self):
+        return {"name": self.name, "offset": self.offset, "bits": self.bits,
+                "count": self.count, "signed": self.signed, "array": self.array}
+
+
+def _scalar(shape, where):
+    if isinstance(shape, data.Layout):
+        raise TypeError(f"{where}: nested layouts are not supported in stream payloads")
+    shape = Shape.cast(shape)
+    return shape.width, shape.signed
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """Packing of one stream's payload (see module docstring)."""
+    fields: tuple
+    tdata_bits: int
+    has_last: bool
+
+    @classmethod
+    def from_shape(cls, shape):
+        """Describe an Amaranth payload layout."""
+        if not isinstance(shape, data.StructLayout):
+            raise TypeError(f"stream payloads must be data.StructLayout, not {shape!r}")
+        fields, offset, has_last = [], 0, False
+        for name, member in shape:
+            if name == "last":
+                if member.width != 1:
+                    raise TypeError("payload field 'last' must be 1 bit wide")
+                has_last = True
+                continue
+            sub = member.shape
+            if isinstance(sub, data.ArrayLayout):
+                bits, signed = _scalar(sub.elem_shape, name)
+                fields.append(Field(name, offset, bits, sub.length, signed, array=True))
+            else:
+                bits, signed = _scalar(sub, name)
+                fields.append(Field(name, offset, bits, 1, signed))
+            offset += fields[-1].width
+        tdata_bits = max(8, -(-offset // 8) * 8)
+        return cls(tuple(fields), tdata_bits, has_last)
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(tuple(Field(**f) for f in d["fields"]), d["tdata_bits"], d["tlast"])
+
+    def to_dict(self):
+        return {"tdata_bits": self.tdata_bits, "tlast": self.has_last,
+                "fields": [f.to_dict() for f in self.fields]}
+
+    @property
+    def data_bits(self):
+        """Bits of TDATA carrying fields (the rest is zero padding)."""
+        return sum(f.width for f in self.fields)
+
+    def field(self, name):
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    # -- host-side packing ---------------------------------------------------------------------
+
+    def pack(self, beat):
+        """Pack a beat (mapping field name -> int or sequence of ints) into a TDATA integer.
+
+        Values are checked against their field's range; out-of-range values raise ValueError
+        rather than being silently truncated.
+        """
+        word = 0
+        for f in self.fields:
+            values = beat[f.name]
+            if not f.array:
+                values = (values,)
+            elif len(values) != f.count:
+                raise ValueError(f"field {f.name}: expected {f.count} elements, got {len(values)}")
+            lo, hi = (-(1 << (f.bits - 1)), (1 << (f.bits - 1)) - 1) if f.signed \
+                else (0, (1 << f.bits) - 1)
+            mask = (1 << f.bits) - 1
+            for i, v in enumerate(values):
+                v = int(v)
+                if not lo <= v <= hi:
+                    raise ValueError(f"field {f.name}[{i}] = {v} outside {lo}..{hi}")
+                word |= (v & mask) << (f.offset + i * f.bits)
+        return word
+
+    def unpack(self, word):
+        """Inverse of :meth:`pack`: a TDATA integer to a dict of ints / lists of ints."""
+        beat = {}
+        for f in self.fields:
+            mask = (1 << f.bits) - 1
+            values = []
+            for i in range(f.count):
+                v = (word >> (f.offset + i * f.bits)) & mask
+                if f.signed and v >> (f.bits - 1):
+                    v -= 1 << f.bits
+                values.append(v)
+            beat[f.name] = values if f.array else values[0]
+        return beat

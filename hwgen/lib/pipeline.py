@@ -1,0 +1,148 @@
+"""Building blocks for free-running, fully pipelined datapaths with stream backpressure.
+
+hwgen's arithmetic pipelines never stall internally: every stage advances each cycle, and
+backpressure is handled at the entrance by credits. :class:`CreditBuffer` holds a FIFO deep
+enough for everything that may be in flight; the pipeline only accepts a new item while the
+FIFO is guaranteed to have room for it when it comes out. ``ready`` towards the producer is
+therefore a register compare, never a combinational path from the consumer's ``ready``.
+
+:func:`adder_tree` adds up a list of values with one register per tree level; :func:`delay`
+matches side-band signals (valid, tags) to a datapath's latency.
+"""
+
+from amaranth.hdl import Const, Module, Shape, Signal, signed, unsigned
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["CreditBuffer", "adder_tree", "delay", "sum_shape"]
+
+
+class CreditBuffer(wiring.Component):
+    """Output FIFO of a free-running pipeline, with credit-based admission.
+
+    Parameters
+    ----------
+    shape : shape-like
+        Payload shape of the results.
+    latency : int
+        Maximum number of cycles between an item being admitted (``take``) and its result
+        appearing on ``i`` (``i.valid`` high).
+    depth : int, optional
+        FIFO depth; default ``latency + 3``, the smallest that sustains one item per cycle
+        through the buffered FIFO's extra output register.
+
+    Members
+    -------
+    take : ``In(1)``
+        The pipeline admits one item this cycle. Only legal while ``ready`` is high.
+    ready : ``Out(1)``
+        An item may be admitted: the FIFO will have room for its result. Registered.
+    i : ``In(stream.Signature(shape))``
+        Results entering the FIFO. ``i.ready`` is constant 1 (room is guaranteed by credits).
+    o : ``Out(stream.Signature(shape))``
+        Results to the consumer, with normal valid/ready backpressure.
+
+    Latency is that of :class:`amaranth.lib.fifo.SyncFIFOBuffered` (2 cycles from ``i`` to ``o``);
+    initiation interval 1.
+    """
+
+    def __init__(self, shape, *, latency, depth=None):
+        self._shape = shape
+        self._depth = depth if depth is not None else latency + 3
+        if self._depth < 1:
+            raise ValueError("CreditBuffer depth must be at least 1")
+        super().__init__({
+            "take": In(1),
+            "ready": Out(1),
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+        })
+
+    @property
+    def depth(self):
+        return self._depth
+
+    def elaborate(self, platform):
+        m = Module()
+        width = Shape.cast(self._shape).width
+        m.submodules.fifo = buf = fifo.SyncFIFOBuffered(width=width, depth=self._depth)
+        m.d.comb += [
+            buf.w_data.eq(self.i.payload),
+            buf.w_en.eq(self.i.valid),
+            self.i.ready.eq(1),
+            self.o.payload.eq(buf.r_data),
+            self.o.valid.eq(buf.r_rdy),
+            buf.r_en.eq(self.o.ready),
+        ]
+        # Items admitted and not yet delivered; admission keeps it <= depth.
+        pending = Signal(range(self._depth + 1))
+        popped = self.o.valid & self.o.ready
+        with m.If(self.take & ~popped):
+            m.d.sync += pending.eq(pending + 1)
+        with m.Elif(~self.take & popped):
+            m.d.sync += pending.eq(pending - 1)
+        m.d.comb += self.ready.eq(pending < self._depth)
+        return m
+
+
+def sum_shape(shapes):
+    """Shape of a sum of values of the given shapes that never overflows."""
+    shapes = [Shape.cast(s) for s in shapes]
+    is_signed = any(s.signed for s in shapes)
+    # Magnitude bound of each operand, in its own width.
+    total_max = sum((1 << (s.width - 1)) - 1 if s.signed else (1 << s.width) - 1 for s in shapes)
+    total_min = sum(-(1 << (s.width - 1)) if s.signed else 0 for s in shapes)
+    if is_signed:
+        return signed(max(Shape.cast(range(total_min, total_max + 1)).width, 1))
+    return unsigned(max(total_max.bit_length(), 1))
+
+
+def adder_tree(m, values, *, name="sum", shape=None):
+    """Add ``values`` with a pipelined binary tree, one register per level.
+
+    Parameters
+    ----------
+    m : Module
+        Module receiving the logic (``sync`` domain).
+    values : list of Value
+        Operands; all of them must be valid in the same cycle.
+    shape : shape-like, optional
+        Result shape; default the exact width that cannot overflow (:func:`sum_shape`),
+        computed from operand widths. Give a narrower shape only when a tighter value bound is
+        known (e.g. operands that never reach their full range).
+
+    Returns
+    -------
+    (Signal, int)
+        The sum and the latency in cycles (``ceil(log2(len(values)))``; 0 for one value).
+    """
+    if not values:
+        return Const(0, 1), 0
+    out_shape = Shape.cast(shape) if shape is not None else sum_shape([v.shape() for v in values])
+    level, latency = list(values), 0
+    while len(level) > 1:
+        nxt = []
+        for k in range(0, len(level) - 1, 2):
+            part = sum_shape([level[k].shape(), level[k + 1].shape()])
+            if part.width > out_shape.width:
+                part = out_shape
+            reg = Signal(part, name=f"{name}_l{latency}_{k // 2}")
+            m.d.sync += reg.eq(level[k] + level[k + 1])
+            nxt.append(reg)
+        if len(level) % 2:
+            reg = Signal(level[-1].shape(), name=f"{name}_l{latency}_pass")
+            m.d.sync += reg.eq(level[-1])
+            nxt.append(reg)
+        level, latency = nxt, latency + 1
+    result = Signal(out_shape, name=name)
+    m.d.comb += result.eq(level[0])
+    return result, latency
+
+
+def delay(m, value, cycles, *, name="delayed"):
+    """``value`` delayed by ``cycles`` registers in the ``sync`` domain (reset to 0)."""
+    for k in range(cycles):
+        reg = Signal.like(value, name=f"{name}_d{k + 1}")
+        m.d.sync += reg.eq(value)
+        value = reg
+    return value

@@ -1,0 +1,149 @@
+"""IVF-PQ indexes trained by faiss, made integer for the hardware.
+
+ChamVS hardware works on integers: vector components are ``elem_bits``-bit signed integers, and
+the coarse (IVF) and PQ centroids it holds are integers too. :func:`train_integer_ivfpq` trains a
+faiss ``IndexIVFPQ`` (by residual, 8-bit codes) on integer data, rounds the trained coarse and
+PQ centroids to integers, writes them back into the faiss index, and only then encodes the
+database. faiss and hwgen's golden model therefore describe the same index, and with small
+integers faiss's float32 arithmetic is exact, so its distances must equal ours bit for bit.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, ToolError
+from .golden import KSUB
+
+__all__ = ["IntegerIVFPQ", "train_integer_ivfpq", "quantize_vectors", "import_faiss"]
+
+
+def import_faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise ToolError("faiss is not installed: pip install faiss-cpu (make setup does)") \
+            from None
+    return faiss
+
+
+def quantize_vectors(x, elem_bits, scale=None):
+    """Map float vectors to signed ``elem_bits`` integers: ``round(x * scale)``, clipped.
+
+    ``scale`` defaults to the largest factor that keeps ``max |x|`` representable. Returns
+    ``(int64 array, scale)``; apply the same scale to queries.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    top = (1 << (elem_bits - 1)) - 1
+    if scale is None:
+        peak = float(np.max(np.abs(x))) if x.size else 0.0
+        scale = top / peak if peak > 0 else 1.0
+    q = np.clip(np.rint(x * scale), -top - 1, top).astype(np.int64)
+    return q, scale
+
+
+@dataclass
+class IntegerIVFPQ:
+    """A trained integer IVF-PQ index.
+
+    Attributes
+    ----------
+    index : faiss.IndexIVFPQ
+        The faiss index holding the rounded centroids and the encoded database
+        (``use_precomputed_table = -1``: residual tables computed per list, as ChamVS does).
+    coarse : (nlist, D) int64
+    pq_centroids : (m, 256, dsub) int64
+    list_ids : list of (n_l,) int64
+    list_codes : list of (n_l, m) uint8
+    """
+    index: object
+    elem_bits: int
+    coarse: np.ndarray
+    pq_centroids: np.ndarray
+    list_ids: list
+    list_codes: list
+
+    @property
+    def dim(self):
+        return self.coarse.shape[1]
+
+    @property
+    def m(self):
+        return self.pq_centroids.shape[0]
+
+    @property
+    def nlist(self):
+        return self.coarse.shape[0]
+
+    def probe(self, queries, nprobe):
+        """faiss's coarse quantizer: the ``nprobe`` nearest lists of each query, nearest first."""
+        _, lists = self.index.quantizer.search(np.asarray(queries, dtype=np.float32), nprobe)
+        return lists.astype(np.int64)
+
+
+def train_integer_ivfpq(data, *, nlist, m, elem_bits=8, seed=1234, train_size=None):
+    """Train faiss IVF-PQ on integer vectors and make all its centroids integer.
+
+    Parameters
+    ----------
+    data : (n, D) integers in the signed ``elem_bits`` range
+    nlist, m : int
+        IVF lists and PQ sub-spaces (``D % m == 0``).
+    """
+    faiss = import_faiss()
+    data = np.asarray(data)
+    n, dim = data.shape
+    lo, hi = -(1 << (elem_bits - 1)), (1 << (elem_bits - 1)) - 1
+    if data.min() < lo or data.max() > hi:
+        raise ConfigError("elem_bits", f"data outside the signed {elem_bits}-bit range",
+                          value=elem_bits)
+    if dim % m:
+        raise ConfigError("m", f"must divide the dimension {dim}", value=m)
+    if nlist < 1 or nlist > n:
+        raise ConfigError("nlist", f"must be in 1..{n} (number of vectors)", value=nlist)
+    if n < KSUB:
+        raise ConfigError("base", f"needs at least {KSUB} vectors to train 8-bit PQ", value=n)
+    xb = data.astype(np.float32)
+    quantizer = faiss.IndexFlatL2(dim)
+    index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, 8)
+    index.by_residual = True
+    for cp in (index.cp, index.pq.cp):
+        cp.seed = seed
+        cp.min_points_per_centroid = 1    # small data sets are fine; silence faiss's warning
+    rng = np.random.default_rng(seed)
+    train = xb if train_size is None or train_size >= n else \
+        xb[rng.choice(n, size=train_size, replace=False)]
+    index.train(train)
+
+    coarse = np.clip(np.rint(quantizer.reconstruct_n(0, nlist)), lo, hi).astype(np.int64)
+    quantizer.reset()
+    quantizer.add(coarse.astype(np.float32))
+    dsub = dim // m
+    pq = faiss.vector_to_array(index.pq.centroids).reshape(m, KSUB, dsub)
+    pq = np.clip(np.rint(pq), -(1 << elem_bits), (1 << elem_bits) - 1).astype(np.int64)
+    faiss.copy_array_to_vector(pq.astype(np.float32).ravel(), index.pq.centroids)
+    index.use_precomputed_table = -1
+    index.add(xb)
+
+    invlists = index.invlists
+    ids, codes = [], []
+    for lst in range(nlist):
+        size = invlists.list_size(lst)
+        if size:
+            ids.append(faiss.rev_swig_ptr(invlists.get_ids(lst), size).astype(np.int64).copy())
+            codes.append(faiss.rev_swig_ptr(invlists.get_codes(lst), size * index.code_size)
+                         .reshape(size, index.code_size).copy())
+        else:
+            ids.append(np.zeros(0, dtype=np.int64))
+            codes.append(np.zeros((0, m), dtype=np.uint8))
+    return IntegerIVFPQ(index, elem_bits, coarse, pq, ids, codes)
+
+
+def distance_table(index, residual):
+    """faiss's PQ distance table of one residual (``ProductQuantizer.compute_distance_table``)."""
+    faiss = import_faiss()
+    pq = index.pq
+    table = np.zeros(pq.M * pq.ksub, dtype=np.float32)
+    x = np.ascontiguousarray(residual, dtype=np.float32)
+    pq.compute_distance_table(faiss.swig_ptr(x), faiss.swig_ptr(table))
+    return table.reshape(pq.M, pq.ksub)

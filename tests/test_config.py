@@ -1,0 +1,101 @@
+"""Configuration validation, JSON round trips and the registry's shape."""
+
+import json
+
+import pytest
+
+from hwgen import registry
+from hwgen.errors import ConfigError
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_defaults_and_test_configs_are_valid(name):
+    acc = registry.get(name)
+    cfg = acc.config()
+    assert acc.config.from_dict(cfg.to_dict()) == cfg
+    assert len(acc.test_configs) >= 4, "every accelerator is simulated in >= 4 configurations"
+    for values in acc.test_configs:
+        acc.config.from_dict(values)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_unknown_parameter_is_named(name):
+    acc = registry.get(name)
+    with pytest.raises(ConfigError, match=r"^bogus=.*unknown parameter"):
+        acc.make_config(["bogus=3"])
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_json_file_round_trip(tmp_path, name):
+    acc = registry.get(name)
+    values = acc.test_configs[0]
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(values))
+    cfg = acc.make_config([], config_file=path)
+    assert {k: cfg.to_dict()[k] for k in values} == values
+    # --set wins over the file
+    key = next(iter(values))
+    cfg2 = acc.make_config([f"{key}={values[key]}"], config_file=path)
+    assert cfg2 == cfg
+
+
+def test_bad_json_file(tmp_path):
+    path = tmp_path / "cfg.json"
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="config=.*not valid JSON"):
+        registry.get("pq-decoder").make_config([], config_file=path)
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="JSON object"):
+        registry.get("pq-decoder").make_config([], config_file=path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        registry.get("pq-decoder").make_config([], config_file=tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("m=0", r"^m=0: must be an integer in 1\.\.64"),
+    ("m=65", r"^m=65: must be an integer in 1\.\.64"),
+    ("m=x", r"^m='x': must be an integer in 1\.\.64"),
+    ("lut_bits=33", r"^lut_bits=33: must be an integer in 1\.\.32"),
+    ("lut_buffers=3", r"^lut_buffers=3: .*1\.\.2"),
+    ("forward_lut=maybe", r"^forward_lut='maybe': must be true or false"),
+    ("m", r"expected key=value"),
+])
+def test_pq_decoder_rejects(text, message):
+    with pytest.raises(ConfigError, match=message):
+        registry.get("pq-decoder").make_config([text])
+
+
+def test_set_parses_types():
+    cfg = registry.get("pq-decoder").make_config(["m=0x10", "forward_lut=false", "tag_bits=7"])
+    assert (cfg.m, cfg.forward_lut, cfg.tag_bits) == (16, False, 7)
+
+
+def test_lut_builder_cross_field_rules():
+    acc = registry.get("lut-builder")
+    with pytest.raises(ConfigError, match=r"^m=7: must divide dim=96 \(allowed: 1, 2, 3, 4, 6"):
+        acc.make_config(["dim=96", "m=7"])
+    with pytest.raises(ConfigError, match=r"^sub_par=13: must be in 0\.\.m=12"):
+        acc.make_config(["dim=96", "m=12", "sub_par=13"])
+    cfg = acc.make_config(["dim=96", "m=12", "sub_par=5"])
+    assert (cfg.lanes, cfg.steps, cfg.dsub) == (5, 3, 8)
+
+
+def test_type_errors_in_dicts():
+    cls = registry.get("pq-decoder").config
+    with pytest.raises(ConfigError, match="^m=True"):
+        cls.from_dict({"m": True})
+    with pytest.raises(ConfigError, match="^m=2.5"):
+        cls.from_dict({"m": 2.5})
+
+
+def test_unknown_accelerator():
+    with pytest.raises(ConfigError, match=r"^accelerator='nope': unknown; choose one of: "
+                                          r"pq-decoder, lut-builder"):
+        registry.get("nope")
+
+
+def test_digest_depends_on_every_field():
+    cls = registry.get("pq-decoder").config
+    base = cls()
+    assert len({base.digest(), base.replace(m=17).digest(), base.replace(tag_bits=5).digest(),
+                base.replace(forward_lut=False).digest()}) == 4
