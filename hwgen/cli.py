@@ -178,6 +178,27 @@ def synth(name, sets, config_file, board, json_path):
         click.echo(f"  (LUT includes {res['lutram']} LUTs used as distributed RAM/SRL)")
 
 
+@main.group()
+def bench():
+    """Benchmarks: measured throughput/latency and resources, printed as tables."""
+
+
+@bench.command("pq-decoder")
+@reports_errors
+def bench_pq_decoder():
+    """Results per cycle, latency and yosys counts at m = 16/32/64, 16/24-bit LUTs."""
+    from .vecsearch.bench import bench_pq_decoder as run_bench
+    run_bench(echo=click.echo)
+
+
+@bench.command("lut-builder")
+@reports_errors
+def bench_lut_builder():
+    """Rows per cycle, latency and yosys counts of the LUT builder at D=128, m=16."""
+    from .vecsearch.bench import bench_lut_builder as run_bench
+    run_bench(echo=click.echo)
+
+
 @main.command()
 @click.option("--queries", type=int, default=4, show_default=True)
 @click.option("--stall", type=float, default=0.2, show_default=True)
