@@ -62,9 +62,13 @@ def build_accelerator(acc, config, board, out_dir, *, synth=False, log=None):
     if board is not None:
         from .kernel import emit_kernel
         from .package import write_vendor_files
-        kernel = emit_kernel(acc, config, board, out_dir)
-        report["kernel"] = kernel
-        written += write_vendor_files(acc, config, board, out_dir, kernel)
+        kernel = None
+        if board.vitis_platform:
+            kernel = emit_kernel(acc, config, board, out_dir)
+            written.append(out_dir / kernel["verilog"])
+            ports["kernel"] = report["ports"]["kernel"] = kernel
+            (out_dir / "ports.json").write_text(json.dumps(ports, indent=2) + "\n")
+        written += list(write_vendor_files(acc, config, board, out_dir, kernel).values())
     (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     written.append(out_dir / "report.json")
     return written

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from amaranth.back import verilog
-from amaranth.hdl import ClockDomain, Module, Value
+from amaranth.hdl import ClockDomain, Module, Shape, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -103,7 +103,7 @@ class AXISTop(wiring.Component):
         streams = [{"port": prefix, "member": s["member"], "direction": s["direction"],
                     **s["format"].to_dict()} for prefix, s in self.streams.items()]
         signals = [{"name": port, "direction": "in" if flow == In else "out",
-                    "bits": self.signature.members[port].shape.width}
+                    "bits": Shape.cast(self.signature.members[port].shape).width}
                    for port, _, flow in self._plain]
         return {"clock": "ap_clk", "reset": "ap_rst_n", "reset_active": "low",
                 "streams": streams, "signals": signals}

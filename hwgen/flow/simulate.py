@@ -17,26 +17,18 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
     From the first handshake on the model's ``latency_from`` input to the first result beat.
 """
 
-import hashlib
 import json
-import os
-import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import SimulationMismatch, ToolError
+from ..errors import ConfigError, SimulationMismatch
 from .emit import emit_verilog
 from .ports import StreamFormat
-from .tools import REPO_ROOT, cache_dir, use_verilator
+from .tools import cache_dir
+from .verilator import run_testbench, verilate
 
 __all__ = ["build_sim", "simulate", "SimBuild"]
-
-VERILATOR_ARGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT",
-                  "-Wno-UNUSEDSIGNAL", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
-
 
 class SimBuild:
     """A Verilated build of one configuration: its directory, top name and ports."""
@@ -54,39 +46,13 @@ class SimBuild:
                 for s in self.ports["streams"]}
 
 
-def _runner():
-    use_verilator()
-    from cocotb_tools.runner import get_runner
-    return get_runner("verilator")
-
-
 def build_sim(acc, config, *, waves=False, log=None):
     """Emit and Verilate ``config`` of accelerator ``acc`` (cached). Returns a :class:`SimBuild`."""
-    top_name = acc.top_name
     work = cache_dir() / f"{acc.name}-{config.digest()}"
-    rtl = work / "rtl"
-    v_path, ports = emit_verilog(acc.build_core(config), top_name, rtl)
-    text_hash = hashlib.sha256(v_path.read_bytes()).hexdigest()
+    v_path, ports = emit_verilog(acc.build_core(config), acc.top_name, work / "rtl")
     build_dir = work / ("build-waves" if waves else "build")
-    stamp = build_dir / "hwgen.stamp"
-    key = text_hash + " " + " ".join(VERILATOR_ARGS)
-    if stamp.exists() and stamp.read_text() == key and (build_dir / top_name).exists():
-        return SimBuild(build_dir, top_name, ports, cached=True, seconds=0.0)
-    if log:
-        log(f"verilating {acc.name} ({config.digest()}) ...")
-    runner = _runner()
-    start = time.monotonic()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    log_file = build_dir / "build.log"
-    try:
-        runner.build(sources=[v_path], hdl_toplevel=top_name, build_dir=build_dir,
-                     build_args=VERILATOR_ARGS, waves=waves, always=True, log_file=log_file)
-    except (RuntimeError, SystemExit) as e:
-        tail = log_file.read_text()[-2000:] if log_file.exists() else ""
-        raise ToolError(f"Verilator build of {acc.name} failed ({e}); log {log_file}:\n{tail}") \
-            from None
-    stamp.write_text(key)
-    return SimBuild(build_dir, top_name, ports, cached=False, seconds=time.monotonic() - start)
+    cached, seconds = verilate(v_path, acc.top_name, build_dir, waves=waves, log=log)
+    return SimBuild(build_dir, acc.top_name, ports, cached=cached, seconds=seconds)
 
 
 def _frames(beats, fmt):
@@ -147,12 +113,10 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     docstring).
     """
     if not 0.0 <= stall < 1.0:
-        from ..errors import ConfigError
         raise ConfigError("stall", "must be a probability in 0..0.99", value=stall)
     model = acc.model
     items = items if items is not None else acc.default_items
     if items < 1:
-        from ..errors import ConfigError
         raise ConfigError("items", "must be at least 1", value=items)
     build = build_sim(acc, config, waves=waves, log=log)
     formats = build.stream_formats()
@@ -179,54 +143,10 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     timeout = int((in_beats + out_beats + bound) * 3 / (1.0 - stall) ** 2) + 20000
 
     run_dir = build.directory.parent / "runs" / f"seed{seed}-stall{stall:g}-n{items}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    job_path, result_path = run_dir / "job.json", run_dir / "result.json"
-    progress_path = run_dir / "progress"
-    for p in (result_path, progress_path):
-        p.unlink(missing_ok=True)
-    job_path.write_text(json.dumps({"seed": seed, "stall": stall, "timeout_cycles": timeout,
-                                    "ports": job_ports}))
-
-    runner = _runner()
-    env = {
-        "HWGEN_JOB": str(job_path), "HWGEN_RESULT": str(result_path),
-        "HWGEN_PROGRESS": str(progress_path),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-        "COCOTB_LOG_LEVEL": "WARNING",
-    }
-    error = []
-
-    def run():
-        try:
-            runner.test(test_module=acc.testbench, hdl_toplevel=build.top,
-                        hdl_toplevel_lang="verilog",
-                        build_dir=build.directory, test_dir=run_dir, extra_env=env,
-                        seed=seed, waves=waves, log_file=run_dir / "sim.log")
-        except (Exception, SystemExit) as e:      # cocotb's runner exits on failures
-            error.append(e)
-
-    start = time.monotonic()
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.5)
-        if progress and progress_path.exists():
-            try:
-                got, total, cyc = progress_path.read_text().split()
-                sys.stderr.write(f"\r  simulating {acc.name}: {got}/{total} results, "
-                                 f"cycle {cyc}   ")
-                sys.stderr.flush()
-            except ValueError:
-                pass
-    if progress:
-        sys.stderr.write("\r" + " " * 70 + "\r")
-    sim_seconds = time.monotonic() - start
-    if not result_path.exists():
-        log_tail = (run_dir / "sim.log").read_text()[-3000:] if (run_dir / "sim.log").exists() \
-            else ""
-        raise ToolError(f"simulation of {acc.name} produced no result ({error[0] if error else ''});"
-                        f" log {run_dir / 'sim.log'}:\n{log_tail}")
-    result = json.loads(result_path.read_text())
+    job = {"seed": seed, "stall": stall, "timeout_cycles": timeout, "ports": job_ports}
+    result, sim_seconds = run_testbench(
+        acc.testbench, build.top, build.directory, run_dir, job, seed=seed, waves=waves,
+        progress_label=f"simulating {acc.name}" if progress else None)
 
     mismatches, by_port, examples, received = 0, {}, [], {}
     for member, (port, direction, fmt) in formats.items():

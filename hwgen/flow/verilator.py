@@ -1,0 +1,110 @@
+"""Verilator builds and cocotb runs, shared by every simulation in hwgen.
+
+:func:`verilate` builds a Verilog file with cocotb's runner unless the same text (and options)
+was already built in that directory. :func:`run_testbench` runs one cocotb test module on a
+build with a job file (the testbench reads ``HWGEN_JOB`` and writes ``HWGEN_RESULT``), shows the
+testbench's progress file while it runs, and returns the result, never hanging on a failed
+simulator: a run without a result raises :class:`~hwgen.errors.ToolError` with the log's tail.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..errors import ToolError
+from .tools import REPO_ROOT, use_verilator
+
+__all__ = ["VERILATOR_ARGS", "verilate", "run_testbench"]
+
+#: Amaranth's Verilog trips width and unused-signal warnings; they are not errors.
+VERILATOR_ARGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT",
+                  "-Wno-UNUSEDSIGNAL", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+
+
+def _runner():
+    use_verilator()
+    from cocotb_tools.runner import get_runner
+    return get_runner("verilator")
+
+
+def verilate(v_path, top, build_dir, *, waves=False, log=None):
+    """Build ``v_path`` (top module ``top``) into ``build_dir`` unless already built.
+
+    Returns ``(cached, seconds)``.
+    """
+    build_dir = Path(build_dir)
+    key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + " ".join(VERILATOR_ARGS)
+    stamp = build_dir / "hwgen.stamp"
+    if stamp.exists() and stamp.read_text() == key and (build_dir / top).exists():
+        return True, 0.0
+    if log:
+        log(f"verilating {top} into {build_dir} ...")
+    runner = _runner()
+    start = time.monotonic()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    log_file = build_dir / "build.log"
+    try:
+        runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
+                     build_args=VERILATOR_ARGS, waves=waves, always=True, log_file=log_file)
+    except (RuntimeError, SystemExit) as e:
+        tail = log_file.read_text()[-2000:] if log_file.exists() else ""
+        raise ToolError(f"Verilator build of {top} failed ({e}); log {log_file}:\n{tail}") \
+            from None
+    stamp.write_text(key)
+    return False, time.monotonic() - start
+
+
+def run_testbench(test_module, top, build_dir, run_dir, job, *, testcase=None, seed=1,
+                  waves=False, progress_label=None):
+    """Run cocotb ``test_module`` on the build in ``build_dir`` with ``job`` (JSON-able).
+
+    With ``progress_label``, the testbench's progress file (``got total cycle``) is shown on
+    stderr while it runs. Returns ``(result dict, seconds)``.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    job_path, result_path = run_dir / "job.json", run_dir / "result.json"
+    progress_path, log_path = run_dir / "progress", run_dir / "sim.log"
+    for p in (result_path, progress_path):
+        p.unlink(missing_ok=True)
+    job_path.write_text(json.dumps(job))
+    env = {
+        "HWGEN_JOB": str(job_path), "HWGEN_RESULT": str(result_path),
+        "HWGEN_PROGRESS": str(progress_path),
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        "COCOTB_LOG_LEVEL": "WARNING",
+    }
+    runner = _runner()
+    error = []
+
+    def run():
+        try:
+            runner.test(test_module=test_module, testcase=testcase, hdl_toplevel=top,
+                        hdl_toplevel_lang="verilog", build_dir=build_dir, test_dir=run_dir,
+                        extra_env=env, seed=seed, waves=waves, log_file=log_path)
+        except (Exception, SystemExit) as e:      # cocotb's runner exits on failures
+            error.append(e)
+
+    start = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+        if progress_label and progress_path.exists():
+            try:
+                got, total, cycle = progress_path.read_text().split()
+            except ValueError:
+                continue
+            sys.stderr.write(f"\r  {progress_label}: {got}/{total} results, cycle {cycle}   ")
+            sys.stderr.flush()
+    if progress_label:
+        sys.stderr.write("\r" + " " * 72 + "\r")
+    if not result_path.exists():
+        tail = log_path.read_text()[-3000:] if log_path.exists() else ""
+        raise ToolError(f"simulation of {top} produced no result "
+                        f"({error[0] if error else 'no error reported'}); log {log_path}:\n{tail}")
+    return json.loads(result_path.read_text()), time.monotonic() - start
