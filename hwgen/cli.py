@@ -145,7 +145,10 @@ def sim(name, sets, config_file, items, seed, stall, waves, json_path):
     click.echo(f"{acc.name}: {result['results']} results from {result['items']} items, "
                f"{result['mismatches']} mismatches; {result['cycles']} cycles, "
                f"{result['results_per_cycle']:.4f} results/cycle at steady state, "
-               f"latency {result['latency_cycles']} cycles (stall {stall:g}, seed {seed})")
+               f"latency {result['latency_cycles']} cycles"
+               + (f", {result['input_items_per_cycle']:.4f} input items/cycle within frames"
+                  if result["input_items_per_cycle"] is not None else "")
+               + f" (stall {stall:g}, seed {seed})")
     if waves:
         click.echo(f"waveform: {Path(result['run_dir']) / 'dump.vcd'}")
     check(result)
@@ -197,6 +200,47 @@ def bench_lut_builder():
     """Rows per cycle, latency and yosys counts of the LUT builder at D=128, m=16."""
     from .vecsearch.bench import bench_lut_builder as run_bench
     run_bench(echo=click.echo)
+
+
+@bench.command("kselect")
+@click.option("--queries", type=int, default=20000, show_default=True,
+              help="Random queries per row.")
+@click.option("--seed", type=int, default=1, show_default=True)
+@reports_errors
+def bench_kselect(queries, seed):
+    """Exactness of the approximate hierarchical queue (random and digits data)."""
+    from .vecsearch.bench import bench_kselect as run_bench
+    if not run_bench(echo=click.echo, queries=queries, seed=seed):
+        raise SimulationMismatch("a K-selection row misses its exactness target")
+
+
+@bench.command("queues")
+@reports_errors
+def bench_queues():
+    """LUT/FF per entry of systolic-pq and insert-pq, AHPQ versus an exact hierarchy."""
+    from .vecsearch.bench import bench_queues as run_bench
+    run_bench(echo=click.echo)
+
+
+@main.command("size-queues")
+@click.option("--k", "k", type=int, default=100, show_default=True, help="Results per query.")
+@click.option("--streams", type=int, multiple=True,
+              help="L1 queue counts (repeatable; default 4 8 16 32).")
+@click.option("--target", type=float, default=0.99, show_default=True,
+              help="Required probability.")
+@reports_errors
+def size_queues(k, streams, target):
+    """L1 queue lengths of the approximate hierarchical priority queue (binomial sizing)."""
+    from .vecsearch.sizing import sizing_table
+    rows = sizing_table(k, streams or (4, 8, 16, 32), target)
+    click.echo(f"L1 queue length for k={k}, target {target}: top-k items fall into each of "
+               f"the L1 queues with equal probability (binomial)")
+    click.echo(f"{'L1 queues':>9} {'all-queues':>10} {'per-queue':>9} {'P(exact query)':>14} "
+               f"{'L1 entries':>10} {'exact L1':>8} {'saved':>6}")
+    for r in rows:
+        click.echo(f"{r['streams']:>9} {r['l1_len']:>10} {r['l1_len_per_queue']:>9} "
+                   f"{r['p_exact_query']:>14.4f} {r['l1_entries']:>10} "
+                   f"{r['exact_l1_entries']:>8} {r['saving']:>6.0%}")
 
 
 @main.command()

@@ -40,6 +40,8 @@ class Accelerator:
         ``hwgen sim --items`` default.
     test_configs : tuple of dict
         Configurations the test suite simulates (odd sizes included).
+    test_items : int
+        Items per simulation in the test suite (0: ``default_items``).
     """
     name: str
     summary: str
@@ -49,6 +51,7 @@ class Accelerator:
     testbench: str = "sim.stream_tb"
     default_items: int = 1000
     test_configs: tuple = field(default_factory=tuple)
+    test_items: int = 0
 
     @property
     def config(self):
@@ -83,6 +86,7 @@ ACCELERATORS = {a.name: a for a in [
         top_path="hwgen.vecsearch.pq_decoder:PQDecoder",
         model_path="hwgen.vecsearch.pq_decoder:PQDecoderModel",
         default_items=5000,
+        test_items=3000,
         test_configs=(
             {"m": 7, "lut_bits": 13, "tag_bits": 9},
             {"m": 16, "lut_bits": 16, "tag_bits": 32, "lut_buffers": 1},
@@ -99,11 +103,63 @@ ACCELERATORS = {a.name: a for a in [
         top_path="hwgen.vecsearch.lut_builder:LUTBuilder",
         model_path="hwgen.vecsearch.lut_builder:LUTBuilderModel",
         default_items=6,
+        test_items=3,
         test_configs=(
             {"dim": 96, "m": 12, "lut_bits": 20},
             {"dim": 35, "m": 7, "elem_bits": 6, "lut_shift": 2, "lut_bits": 12, "sub_par": 3},
             {"dim": 128, "m": 64, "lut_bits": 16, "sub_par": 16},
             {"dim": 16, "m": 16, "elem_bits": 8, "lut_bits": 10, "sub_par": 1},
+        ),
+    ),
+    Accelerator(
+        name="systolic-pq",
+        summary="ChamVS systolic priority queue: exact top-k of a query, replace-only register "
+                "array with compare-swap units, one item every two cycles",
+        config_path="hwgen.vecsearch.queues:SystolicPQConfig",
+        top_path="hwgen.vecsearch.queues:SystolicPQ",
+        model_path="hwgen.vecsearch.queues:QueueModel",
+        default_items=3000,
+        test_items=2500,
+        test_configs=(
+            {"k": 1, "dist_bits": 8, "id_bits": 8},
+            {"k": 7, "dist_bits": 12, "id_bits": 9},
+            {"k": 16, "dist_bits": 3, "id_bits": 2},
+            {"k": 37, "dist_bits": 32, "id_bits": 32},
+            {"k": 64, "dist_bits": 64, "id_bits": 64},
+        ),
+    ),
+    Accelerator(
+        name="insert-pq",
+        summary="Exact top-k insertion queue: comparator per entry, new item shifted into its "
+                "sorted place, one item per cycle",
+        config_path="hwgen.vecsearch.queues:InsertPQConfig",
+        top_path="hwgen.vecsearch.queues:InsertPQ",
+        model_path="hwgen.vecsearch.queues:QueueModel",
+        default_items=3000,
+        test_items=2500,
+        test_configs=(
+            {"k": 1, "dist_bits": 8, "id_bits": 8},
+            {"k": 7, "dist_bits": 12, "id_bits": 9},
+            {"k": 16, "dist_bits": 3, "id_bits": 2},
+            {"k": 37, "dist_bits": 32, "id_bits": 32},
+            {"k": 64, "dist_bits": 64, "id_bits": 64},
+        ),
+    ),
+    Accelerator(
+        name="hier-pq",
+        summary="ChamVS approximate hierarchical priority queue: per-stream truncated L1 "
+                "queues merged into an L2 top-k queue",
+        config_path="hwgen.vecsearch.hier_pq:HierPQConfig",
+        top_path="hwgen.vecsearch.hier_pq:HierPQ",
+        model_path="hwgen.vecsearch.hier_pq:HierPQModel",
+        default_items=4000,
+        test_items=3000,
+        test_configs=(
+            {"streams": 1, "k": 1},
+            {"streams": 3, "k": 5, "l1_len": 2, "dist_bits": 10, "id_bits": 12},
+            {"streams": 8, "k": 50},
+            {"streams": 5, "k": 10, "queue": "insert", "dist_bits": 6, "id_bits": 5},
+            {"streams": 6, "k": 37, "queue": "insert", "l1_len": 9},
         ),
     ),
 ]}

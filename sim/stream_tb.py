@@ -71,7 +71,9 @@ async def run_stream_job(dut):
         name = port["port"]
         handshakes[name] = {"count": 0, "first": None, "last": None,
                             "valid": getattr(dut, f"{name}_tvalid"),
-                            "ready": getattr(dut, f"{name}_tready")}
+                            "ready": getattr(dut, f"{name}_tready"),
+                            "tlast": getattr(dut, f"{name}_tlast", None),
+                            "frame_start": None, "frame_cycles": 0}
     for port in job["ports"]:
         if port["direction"] == "in":
             source = tb.sources[port["port"]]
@@ -93,6 +95,12 @@ async def run_stream_job(dut):
                 if h["first"] is None:
                     h["first"] = cycle
                 h["last"] = cycle
+                if h["tlast"] is not None:      # per-frame windows: rate within frames
+                    if h["frame_start"] is None:
+                        h["frame_start"] = cycle
+                    if h["tlast"].value:
+                        h["frame_cycles"] += cycle - h["frame_start"] + 1
+                        h["frame_start"] = None
         if done_at is None and all(handshakes[p]["count"] >= n for p, n in expected.items()):
             done_at = cycle
         if done_at is not None and cycle >= done_at + DRAIN_CYCLES:
@@ -115,7 +123,7 @@ async def run_stream_job(dut):
         "cycles_run": cycle,
         "timeout": timed_out,
         "outputs": outputs,
-        "handshakes": {p: {k: h[k] for k in ("count", "first", "last")}
+        "handshakes": {p: {k: h[k] for k in ("count", "first", "last", "frame_cycles")}
                        for p, h in handshakes.items()},
     }
     with open(os.environ["HWGEN_RESULT"], "w") as f:

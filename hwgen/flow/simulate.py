@@ -15,6 +15,11 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
     the steady-state rate (1.0 = one result per cycle).
 ``latency_cycles``
     From the first handshake on the model's ``latency_from`` input to the first result beat.
+``input_items_per_cycle``
+    Beats accepted on that input divided by the cycles spent inside its frames (from a
+    frame's first beat to its TLAST beat): the input initiation interval a producer sees while
+    sending a query or scan, not counting gaps a block imposes between frames (None for a
+    stream without TLAST).
 """
 
 import json
@@ -159,17 +164,19 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         examples += [dict(e, port=member) for e in ex]
 
     hs = result["handshakes"]
-    fmt_port = {member: port for member, (port, _, _) in formats.items()}
-    res = hs[fmt_port[model.result_port]]
-    firsts = [h["first"] for p, h in hs.items() if h["first"] is not None and
-              any(j["port"] == p and j["direction"] == "in" for j in job_ports)]
-    lasts = [h["last"] for p, h in hs.items() if h["last"] is not None and
-             any(j["port"] == p and j["direction"] == "out" for j in job_ports)]
+    port_of = {member: port for member, (port, _, _) in formats.items()}
+    direction = {j["port"]: j["direction"] for j in job_ports}
+    res = hs[port_of[model.result_port]]
+    firsts = [h["first"] for p, h in hs.items() if direction[p] == "in" and h["first"]]
+    lasts = [h["last"] for p, h in hs.items() if direction[p] == "out" and h["last"]]
     cycles = (max(lasts) - min(firsts) + 1) if firsts and lasts else None
     rpc = (res["count"] / (res["last"] - res["first"] + 1)) if res["count"] else 0.0
-    src = hs[fmt_port[getattr(model, "latency_from", model.result_port)]] \
-        if hasattr(model, "latency_from") else None
-    latency = (res["first"] - src["first"]) if src and src["first"] and res["first"] else None
+    src = hs[port_of[model.latency_from]] if hasattr(model, "latency_from") else \
+        hs[next(p for p, d in direction.items() if d == "in")]
+    latency = (res["first"] - src["first"]) if src["first"] and res["first"] else None
+    # Input rate inside frames (from a frame's first beat to its TLAST beat): the initiation
+    # interval seen by the producer, excluding the gaps between frames a block may impose.
+    in_rate = src["count"] / src["frame_cycles"] if src.get("frame_cycles") else None
 
     summary = {
         "accelerator": acc.name,
@@ -186,6 +193,7 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         "cycles": cycles,
         "results_per_cycle": round(rpc, 6),
         "latency_cycles": latency,
+        "input_items_per_cycle": round(in_rate, 6) if in_rate is not None else None,
         "build_cached": build.cached,
         "build_seconds": round(build.seconds, 2),
         "sim_seconds": round(sim_seconds, 2),

@@ -16,8 +16,10 @@ carry      CARRY4 / CARRY8 cells (yosys 0.23 maps UltraScale+ carry chains to CA
            and LUT counts are approximate)
 =========  ===============================================================================
 
-No open tool times UltraScale+ or Versal: we never report an Fmax. Results are cached per
-Verilog text.
+``-nowidelut`` maps logic to LUT6 only: with wide LUTs (LUT7..9 built from MUXF7/8/9) ABC was
+seen to map comparator-heavy designs (``insert-pq``) to four times the LUTs, an artefact no
+vendor tool would reproduce. No open tool times UltraScale+ or Versal: we never report an Fmax.
+Results are cached per Verilog text.
 """
 
 import hashlib
@@ -77,7 +79,7 @@ def synthesize(acc, config, *, board=None, log=None):
     work = cache_dir() / f"{acc.name}-{config.digest()}" / "synth"
     v_path, _ = emit_verilog(acc.build_core(config), acc.top_name, work)
     script = (f"read_verilog -sv {v_path.name}\n"
-              f"synth_xilinx -family {family} -top {acc.top_name} -noiopad -noclkbuf\n"
+              f"synth_xilinx -family {family} -top {acc.top_name} -noiopad -noclkbuf -nowidelut\n"
               f"stat\n")
     key = hashlib.sha256(v_path.read_bytes() + script.encode()).hexdigest()
     log_path = work / "yosys.log"

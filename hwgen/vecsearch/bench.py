@@ -1,12 +1,17 @@
 """Benchmarks of the ChamVS blocks: throughput and latency measured in simulation, resources
-from yosys. ``hwgen bench pq-decoder`` / ``hwgen bench lut-builder`` print the README tables."""
+from yosys, exactness of the approximate K-selection. ``hwgen bench NAME`` prints the README
+tables."""
+
+import numpy as np
 
 from .. import registry
 from ..flow.simulate import simulate
 from ..flow.synth import synthesize
 from ..flow.tools import yosys_path
+from . import golden
+from .sizing import l1_queue_length
 
-__all__ = ["bench_pq_decoder", "bench_lut_builder"]
+__all__ = ["bench_pq_decoder", "bench_lut_builder", "bench_kselect", "queue_overflow_exact"]
 
 #: FANNS's floating-point PQ decoding PE at m = 16 (the comparison point of issue #2).
 FANNS_PE = {"lut": 3937, "ff": 3954, "dsp": 30, "bram18": 16}
@@ -63,3 +68,163 @@ def bench_lut_builder(echo=print, pairs=8):
                    res.get("ff", "-"), res.get("bram18", "-"), res.get("dsp", "-")]))
         if sim["mismatches"]:
             echo(f"  MISMATCHES: {sim['mismatches']}")
+
+
+# -- K-selection ---------------------------------------------------------------------------------
+
+def queue_overflow_exact(dists, ids, queue_of, k, l1_len):
+    """Per query, whether the hierarchical result is exact: no L1 queue received more than
+    ``l1_len`` of the query's true top-k (items ordered by distance, then id).
+
+    ``dists``, ``ids``, ``queue_of``: (queries, items) arrays. Equivalent to comparing
+    :func:`golden.hier_topk` with :func:`golden.topk` (``tests/test_kselect.py`` checks that).
+    """
+    order = np.lexsort((ids, dists), axis=1)[:, :k]
+    top_queues = np.take_along_axis(queue_of, order, axis=1)
+    queues = int(queue_of.max()) + 1
+    counts = np.stack([(top_queues == q).sum(axis=1) for q in range(queues)], axis=1)
+    return counts.max(axis=1) <= l1_len
+
+
+def exactness_random(k, streams, queries, rng, per_stream=None):
+    """Fraction of exact queries with i.i.d. random distances in every stream."""
+    n = per_stream or max(2 * k, 64)
+    l1_len = l1_queue_length(k, streams)
+    dists = rng.integers(0, 1 << 40, size=(queries, streams * n))
+    ids = np.broadcast_to(np.arange(streams * n), dists.shape)
+    queue_of = np.broadcast_to(np.arange(streams * n) % streams, dists.shape)
+    return float(queue_overflow_exact(dists, ids, queue_of, k, l1_len).mean()), l1_len
+
+
+def dataset_scan(nlist=16, m=16, nprobe=4, seed=1):
+    """IVF-PQ scan of the digits data set with the ChamVS golden model: for every vector used
+    as a query, the PQ distances and ids of all vectors in its ``nprobe`` nearest lists, and
+    each one's position within its list (a list is spread over memory channels and PQ units
+    by position, so the position decides the stream)."""
+    from ..datasets import digits
+    from .ivfpq import train_integer_ivfpq
+    x, _ = digits()
+    index = train_integer_ivfpq(x, nlist=nlist, m=m, seed=seed)
+    probes = index.probe(x, nprobe)
+    scans = []
+    for q, lists in enumerate(probes):
+        d, i, pos = [], [], []
+        for lst in lists:
+            lut = golden.build_lut(x[q] - index.coarse[lst], index.pq_centroids)
+            d.append(golden.pq_distances(index.list_codes[lst], lut))
+            i.append(index.list_ids[lst])
+            pos.append(np.arange(len(index.list_ids[lst])))
+        scans.append((np.concatenate(d), np.concatenate(i), np.concatenate(pos)))
+    return scans
+
+
+def exactness_dataset(scans, k, streams):
+    """Fraction of the dataset's queries whose hierarchical top-k is exact."""
+    l1_len = l1_queue_length(k, streams)
+    ok = []
+    for d, i, pos in scans:
+        if len(d) < k:
+            continue
+        ok.append(bool(queue_overflow_exact(d[None], i[None], (pos % streams)[None], k,
+                                            l1_len)[0]))
+    return float(np.mean(ok)), l1_len, len(ok)
+
+
+def wilson_interval(successes, n, z=1.96):
+    """95% Wilson score interval of a binomial proportion."""
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def bench_kselect(echo=print, queries=20000, seed=1, target=0.99, rtl_queries=60):
+    """The exactness table of ``hwgen bench kselect``; returns True if every row meets
+    ``target``: its measured fraction is not significantly below it (the target lies below
+    the upper end of the 95% Wilson interval; the sizing promises the target in expectation, and
+    a finite sample scatters around that)."""
+    rng = np.random.default_rng(seed)
+    echo(f"Approximate hierarchical priority queue: fraction of queries whose result equals the "
+         f"exact top-k (target {target}); L1 length from l1_queue_length(k, streams) "
+         f"(all-queues); one L1 queue per stream")
+    echo("(a) random: i.i.d. distances, max(2k, 64) items per stream, "
+         f"{queries} queries; (b) digits data set: IVF-PQ (nlist 16, m 16, nprobe 4) scanned "
+         "with the ChamVS golden model, stream = position in list mod streams, every vector a "
+         "query")
+    scans = dataset_scan(seed=seed)
+    echo(_row(["k", "streams", "L1 length", "predicted P(exact)", "random [95% interval]",
+               "digits [95% interval]", "digits queries", "meets target"]))
+    echo(_row(["---"] * 8))
+    from fractions import Fraction
+    from .sizing import binomial_cdf
+    ok_all = True
+    for k in (10, 100):
+        for streams in (4, 8, 16, 32):
+            rand, l1_len = exactness_random(k, streams, queries, rng)
+            real, _, n_real = exactness_dataset(scans, k, streams)
+            predicted = float(binomial_cdf(k, Fraction(1, streams), l1_len) ** streams)
+            r_lo, r_hi = wilson_interval(round(rand * queries), queries)
+            d_lo, d_hi = wilson_interval(round(real * n_real), n_real)
+            ok = r_hi >= target and d_hi >= target
+            ok_all &= ok
+            echo(_row([k, streams, l1_len, f"{predicted:.4f}",
+                       f"{rand:.4f} [{r_lo:.4f}, {r_hi:.4f}]",
+                       f"{real:.4f} [{d_lo:.4f}, {d_hi:.4f}]", n_real, "yes" if ok else "NO"]))
+    if rtl_queries:
+        ok_all &= _rtl_check(scans, rtl_queries, echo, seed)
+    return ok_all
+
+
+def _rtl_check(scans, count, echo, seed, k=10, streams=4):
+    """Run the hier-pq Verilog on the first ``count`` digits queries: bit-exact vs golden."""
+    acc = registry.get("hier-pq")
+    cfg = acc.make_config([f"k={k}", f"streams={streams}", "dist_bits=24", "id_bits=12"])
+    queries = []
+    for d, i, pos in scans[:count]:
+        streams_of = [(d[pos % streams == s].astype(np.uint64), i[pos % streams == s]
+                       .astype(np.uint64)) for s in range(streams)]
+        if all(len(s[0]) for s in streams_of):
+            queries.append(streams_of)
+    result = simulate(acc, cfg, items=sum(len(s[0]) for q in queries for s in q), seed=seed,
+                      stall=0.2, stimulus={"queries": queries})
+    echo(f"hier-pq RTL (k={k}, streams={streams}, two systolic L1 queues per stream, "
+         f"L1 length {cfg.l1}) on {len(queries)} digits queries with 20% stalls: "
+         f"{result['mismatches']} mismatches against the golden model")
+    return result["mismatches"] == 0
+
+
+def bench_queues(echo=print, ks=(16, 64, 100), ahpq=(100, 16)):
+    """yosys LUT/FF per entry of both exact queues at 32-bit distances and ids, and the AHPQ
+    against an exact two-level hierarchy (``hwgen bench queues``)."""
+    if yosys_path() is None:
+        echo("yosys not found: nothing to measure")
+        return
+    echo("K-selection resources, yosys synth_xilinx -family xcup -nowidelut, 32-bit distance + "
+         "32-bit id (the published HLS queue: 215 LUT + 196 FF per entry)")
+    echo(_row(["queue", "k", "LUT", "FF", "LUT/entry", "FF/entry", "items/cycle"]))
+    echo(_row(["---"] * 7))
+    per_entry = {}
+    for name in ("systolic-pq", "insert-pq"):
+        acc = registry.get(name)
+        for k in ks:
+            cfg = acc.make_config([f"k={k}"])
+            res = synthesize(acc, cfg)["resources"]
+            per_entry[name, k] = (res["lut"] / k, res["ff"] / k)
+            echo(_row([name, k, res["lut"], res["ff"], f"{res['lut'] / k:.1f}",
+                       f"{res['ff'] / k:.1f}", cfg.performance()["items_per_cycle"]]))
+    k, streams = ahpq
+    acc = registry.get("hier-pq")
+    cfg = acc.make_config([f"k={k}", f"streams={streams}"])
+    res = synthesize(acc, cfg)["resources"]
+    d = cfg.derived()
+    lut_e, ff_e = per_entry.get(("systolic-pq", k), (None, None))
+    echo("")
+    echo(f"AHPQ k={k}, streams={streams} (two systolic L1 queues per stream: {d['l1_queues']} "
+         f"queues of {d['l1_len']}, L2 of {k}): {res['lut']} LUT, {res['ff']} FF, "
+         f"{d['l1_entries'] + d['l2_entries']} queue entries")
+    if lut_e:
+        entries = d["exact_hierarchy_entries"]
+        echo(f"exact two-level hierarchy ({d['l1_queues']} L1 queues of {k} + L2 of {k}: "
+             f"{entries} entries), estimated at the measured systolic-pq k={k} cost per entry: "
+             f"{lut_e * entries:.0f} LUT, {ff_e * entries:.0f} FF "
+             f"({lut_e * entries / res['lut']:.1f}x the AHPQ's LUTs)")

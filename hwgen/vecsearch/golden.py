@@ -11,7 +11,8 @@ sub-space (8-bit codes).
 
 import numpy as np
 
-__all__ = ["KSUB", "build_lut", "pq_distances", "saturate_unsigned", "distance_bits"]
+__all__ = ["KSUB", "build_lut", "pq_distances", "saturate_unsigned", "distance_bits", "topk",
+           "l1_queues", "hier_topk"]
 
 KSUB = 256  #: centroids per PQ sub-space (8-bit codes)
 
@@ -80,3 +81,43 @@ def pq_distances(codes, lut):
 def distance_bits(m, lut_bits):
     """Width of a sum of ``m`` LUT entries of ``lut_bits`` that can never overflow."""
     return (m * ((1 << lut_bits) - 1)).bit_length()
+
+
+def topk(distances, ids, k):
+    """The ``k`` smallest items ordered by distance, then id (smaller first).
+
+    This is the order of every hwgen priority queue. Returns ``(distances, ids)`` as int64
+    arrays of length ``min(k, n)``.
+    """
+    d = np.asarray(distances, dtype=np.int64)
+    i = np.asarray(ids, dtype=np.int64)
+    if d.shape != i.shape or d.ndim != 1:
+        raise ValueError("distances and ids must be 1-D arrays of the same length")
+    order = np.lexsort((i, d))[:k]
+    return d[order], i[order]
+
+
+def l1_queues(streams, queues_per_stream):
+    """Split each stream's items over its L1 queues as the hardware does: with two queues per
+    stream, items alternate (the stream's items 0, 2, 4, ... to the first queue)."""
+    queues = []
+    for dists, ids in streams:
+        d, i = np.asarray(dists, dtype=np.int64), np.asarray(ids, dtype=np.int64)
+        for q in range(queues_per_stream):
+            queues.append((d[q::queues_per_stream], i[q::queues_per_stream]))
+    return queues
+
+
+def hier_topk(streams, k, l1_len, queues_per_stream=1):
+    """Approximate hierarchical top-k (Chameleon 4.2.2), exactly as ``hier-pq`` computes it.
+
+    ``streams`` is a list of ``(distances, ids)`` per input stream for one query. Each L1 queue
+    keeps the top ``l1_len`` of the items it receives (:func:`l1_queues`); the L2 queue keeps the
+    top ``k`` of all L1 survivors. Equal to :func:`topk` of everything unless some L1 queue
+    received more than ``l1_len`` of the true top-k.
+    """
+    survivors = [topk(d, i, l1_len) for d, i in l1_queues(streams, queues_per_stream)]
+    if not survivors:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return topk(np.concatenate([s[0] for s in survivors]),
+                np.concatenate([s[1] for s in survivors]), k)

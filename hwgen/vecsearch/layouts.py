@@ -8,7 +8,7 @@ this layout and the PQ decoding units consume and forward them unchanged.
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data
 
-__all__ = ["lut_row", "pq_code", "distance", "pq_centroid", "query_pair"]
+__all__ = ["lut_row", "pq_code", "distance", "pq_centroid", "query_pair", "item"]
 
 
 def lut_row(m, lut_bits):
@@ -48,3 +48,15 @@ def query_pair(dim, elem_bits):
         "query": data.ArrayLayout(signed(elem_bits), dim),
         "centroid": data.ArrayLayout(signed(elem_bits), dim),
     })
+
+
+def item(dist_bits, id_bits, markers=False):
+    """A (distance, id) item of a priority queue; ``last`` closes a query.
+
+    With ``markers``, an ``empty`` flag marks a beat that carries no item, only ``last``: a
+    query to which a stream contributed nothing (used inside the hierarchical queue).
+    """
+    fields = {"dist": unsigned(dist_bits), "id": unsigned(id_bits), "last": unsigned(1)}
+    if markers:
+        fields["empty"] = unsigned(1)
+    return data.StructLayout(fields)

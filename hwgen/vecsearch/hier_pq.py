@@ -1,0 +1,285 @@
+"""Approximate hierarchical priority queue (AHPQ, Chameleon paper section 4.2.2).
+
+``streams`` item streams (one per PQ decoding unit) feed level-one (L1) queues truncated to
+``l1_len`` entries; at the end of a query their survivors are merged into one level-two (L2)
+queue of length ``k``, whose contents are the result. The result equals the exact top-k unless
+some L1 queue received more than ``l1_len`` of the true top-k items; ``l1_len`` defaults to the
+smallest length for which that happens in at most 1% of queries
+(:func:`hwgen.vecsearch.sizing.l1_queue_length`). The golden model
+:func:`hwgen.vecsearch.golden.hier_topk` reproduces the truncation exactly.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from . import golden, layouts
+from .queues import InsertPQ, InsertPQConfig, QueueConfig, SystolicPQ, SystolicPQConfig
+from .sizing import l1_queue_length
+
+__all__ = ["HierPQConfig", "HierPQ", "HierPQModel", "Alternator", "QueueMerger"]
+
+KINDS = ("systolic", "insert")
+
+
+@dataclass(frozen=True)
+class HierPQConfig(Config):
+    streams: int = param(4, "input streams (PQ decoding units)", lo=1, hi=64)
+    k: int = param(16, "results per query (L2 queue length)", lo=1, hi=1024)
+    l1_len: int = param(0, "L1 queue length (0 = smallest meeting 99% exact queries)",
+                        lo=0, hi=1024)
+    queue: str = param("systolic", "queue kind: systolic (two L1 queues per stream, as in "
+                       "the paper) or insert (one single-cycle L1 queue per stream)",
+                       choices=KINDS)
+    dist_bits: int = param(32, "bits of a distance", lo=1, hi=62)
+    id_bits: int = param(32, "bits of an id", lo=1, hi=62)
+
+    def check(self):
+        if self.l1_len > self.k:
+            raise ConfigError("l1_len", f"must be in 0..k={self.k}", value=self.l1_len)
+
+    @property
+    def queues_per_stream(self):
+        return 2 if self.queue == "systolic" else 1
+
+    @property
+    def l1_queues(self):
+        return self.streams * self.queues_per_stream
+
+    @property
+    def l1(self):
+        """The L1 queue length in use."""
+        return self.l1_len or l1_queue_length(self.k, self.l1_queues)
+
+    def queue_config(self, k):
+        cls = SystolicPQConfig if self.queue == "systolic" else InsertPQConfig
+        return cls(k=k, dist_bits=self.dist_bits, id_bits=self.id_bits)
+
+    def derived(self):
+        return {"l1_queues": self.l1_queues, "l1_len": self.l1,
+                "l1_entries": self.l1_queues * self.l1, "l2_entries": self.k,
+                "exact_hierarchy_entries": self.l1_queues * self.k + self.k}
+
+
+class Alternator(wiring.Component):
+    """Deals one stream's items alternately to two queues, closing both at the end of a query.
+
+    Members
+    -------
+    i : ``In(stream.Signature(item(dist_bits, id_bits)))``
+    o0, o1 : ``Out(stream.Signature(item(dist_bits, id_bits, markers=True)))``
+        Items 0, 2, 4, ... of each query go to ``o0``, items 1, 3, ... to ``o1``. A query's last
+        item carries ``last`` to its queue; the other queue then receives an empty marker with
+        ``last`` so that it closes too (``i`` waits meanwhile).
+
+    Combinational: an item passes in the cycle its queue is ready.
+    """
+
+    def __init__(self, dist_bits, id_bits):
+        self._layout = layouts.item(dist_bits, id_bits, markers=True)
+        super().__init__({
+            "i": In(stream.Signature(layouts.item(dist_bits, id_bits))),
+            "o0": Out(stream.Signature(self._layout)),
+            "o1": Out(stream.Signature(self._layout)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        turn = Signal()            # queue of the next item
+        closing = Signal()         # the last item went out; the other queue gets a marker
+        outs = (self.o0, self.o1)
+        for n, o in enumerate(outs):
+            m.d.comb += [o.payload.dist.eq(self.i.payload.dist),
+                         o.payload.id.eq(self.i.payload.id)]
+            with m.If(closing):
+                m.d.comb += [o.valid.eq(turn == n), o.payload.empty.eq(1),
+                             o.payload.last.eq(1)]
+            with m.Else():
+                m.d.comb += [o.valid.eq(self.i.valid & (turn == n)),
+                             o.payload.last.eq(self.i.payload.last)]
+        ready = Signal()
+        m.d.comb += [ready.eq(Mux(turn, outs[1].ready, outs[0].ready)),
+                     self.i.ready.eq(~closing & ready)]
+        with m.If(closing):
+            with m.If(ready):
+                m.d.sync += [closing.eq(0), turn.eq(0)]
+        with m.Elif(self.i.valid & ready):
+            m.d.sync += turn.eq(~turn)
+            with m.If(self.i.payload.last):
+                m.d.sync += closing.eq(1)
+        return m
+
+
+class QueueMerger(wiring.Component):
+    """Drains ``n`` queues' results of one query, one queue after the other, into one stream.
+
+    Members
+    -------
+    i0 .. i{n-1} : ``In(stream.Signature(item(..., markers=True)))``
+        Each queue's results, ``last`` on its final beat (an empty marker if it had none).
+    o : ``Out(stream.Signature(item(..., markers=True)))``
+        All items; ``last`` only on the final beat of queue ``n-1``. Empty markers of other
+        queues are dropped.
+
+    Combinational pass-through of the selected queue.
+    """
+
+    def __init__(self, n, dist_bits, id_bits):
+        self._n = n
+        layout = layouts.item(dist_bits, id_bits, markers=True)
+        members = {f"i{q}": In(stream.Signature(layout)) for q in range(n)}
+        members["o"] = Out(stream.Signature(layout))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._n
+        sel = Signal(range(n))
+        ins = [getattr(self, f"i{q}") for q in range(n)]
+        final = sel == n - 1
+        with m.Switch(sel):
+            for q, i in enumerate(ins):
+                with m.Case(q):
+                    drop = i.payload.empty & i.payload.last & ~final
+                    m.d.comb += [
+                        self.o.payload.eq(i.payload),
+                        self.o.payload.last.eq(i.payload.last & final),
+                        self.o.valid.eq(i.valid & ~drop),
+                        i.ready.eq(self.o.ready | drop),
+                    ]
+                    with m.If(i.valid & i.ready & i.payload.last):
+                        m.d.sync += sel.eq(0 if q == n - 1 else q + 1)
+        return m
+
+
+class HierPQ(wiring.Component):
+    """Approximate hierarchical priority queue.
+
+    Parameters
+    ----------
+    config : HierPQConfig
+
+    Members
+    -------
+    i_s0 .. i_s{streams-1} : ``In(stream.Signature(item(dist_bits, id_bits)))``
+        One item stream per PQ decoding unit; each stream's query ends with an item whose
+        ``last`` is set (every stream contributes at least one item to every query).
+    o_topk : ``Out(stream.Signature(item(dist_bits, id_bits)))``
+        The query's ``min(k, items)`` best L1 survivors, ascending, ``last`` on the final one.
+
+    Structure
+    ---------
+    ``queue="systolic"``: per stream an :class:`Alternator` and two :class:`SystolicPQ` of
+    length ``l1`` (the paper's pairing: each takes one item every two cycles, together one per
+    cycle); L2 is a :class:`SystolicPQ` of length ``k``. ``queue="insert"``: one
+    :class:`InsertPQ` of length ``l1`` per stream and an :class:`InsertPQ` L2.
+
+    Timing: every stream takes one item per cycle. At the end of a query the L1 queues sort
+    and emit their survivors, which a :class:`QueueMerger` feeds into L2 one queue after the
+    other (one item per cycle; every second cycle for a systolic L2); the streams wait
+    (backpressure) until their L1 queues have been drained.
+    """
+
+    def __init__(self, config):
+        self.config = c = config
+        members = {f"i_s{s}": In(stream.Signature(layouts.item(c.dist_bits, c.id_bits)))
+                   for s in range(c.streams)}
+        members["o_topk"] = Out(stream.Signature(layouts.item(c.dist_bits, c.id_bits)))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        queue_cls = SystolicPQ if c.queue == "systolic" else InsertPQ
+        l1_cfg = c.queue_config(c.l1)
+        m.submodules.merge = merge = QueueMerger(c.l1_queues, c.dist_bits, c.id_bits)
+        q = 0
+        for s in range(c.streams):
+            src = getattr(self, f"i_s{s}")
+            queues = []
+            for j in range(c.queues_per_stream):
+                queues.append(queue_cls(l1_cfg, markers=True))
+                m.submodules[f"l1_{s}_{j}"] = queues[-1]
+            if c.queue == "systolic":
+                m.submodules[f"deal{s}"] = deal = Alternator(c.dist_bits, c.id_bits)
+                wiring.connect(m, wiring.flipped(src), deal.i)
+                wiring.connect(m, deal.o0, queues[0].i_items)
+                wiring.connect(m, deal.o1, queues[1].i_items)
+            else:
+                l1 = queues[0].i_items
+                m.d.comb += [l1.valid.eq(src.valid), src.ready.eq(l1.ready),
+                             l1.payload.dist.eq(src.payload.dist),
+                             l1.payload.id.eq(src.payload.id),
+                             l1.payload.last.eq(src.payload.last)]
+            for queue in queues:
+                wiring.connect(m, queue.o_topk, getattr(merge, f"i{q}"))
+                q += 1
+        m.submodules.l2 = l2 = queue_cls(c.queue_config(c.k), markers=True)
+        wiring.connect(m, merge.o, l2.i_items)
+        o = self.o_topk
+        m.d.comb += [o.valid.eq(l2.o_topk.valid), l2.o_topk.ready.eq(o.ready),
+                     o.payload.dist.eq(l2.o_topk.payload.dist),
+                     o.payload.id.eq(l2.o_topk.payload.id),
+                     o.payload.last.eq(l2.o_topk.payload.last)]
+        return m
+
+
+class HierPQModel:
+    """Stream-level golden model and stimulus of :class:`HierPQ`."""
+
+    result_port = "o_topk"
+
+    @staticmethod
+    def stimulus(config, items, rng, skew=0.25):
+        """Queries of ``items`` items in total over all streams. Each stream gets at least one
+        item per query. A fraction ``skew`` of the queries put their smallest distances in one
+        stream, so that truncated L1 queues do lose top-k items and the truncation itself is
+        checked; the others draw distances independently (with ties)."""
+        c = config
+        dmax, imax = (1 << c.dist_bits) - 1, (1 << c.id_bits) - 1
+        queries, left = [], items
+        while left >= c.streams:
+            n = int(min(left, rng.integers(c.streams, c.streams * (3 * c.k + 2) + 1)))
+            left -= n
+            counts = 1 + rng.multinomial(n - c.streams, [1 / c.streams] * c.streams)
+            streams = []
+            skewed = rng.random() < skew
+            hot = int(rng.integers(0, c.streams))
+            for s, cnt in enumerate(counts):
+                top = min(dmax, max(3, n // 2))
+                d = rng.integers(0, top, size=cnt, endpoint=True, dtype=np.uint64)
+                if skewed and s != hot:
+                    d = np.minimum(d + np.uint64(top // 2), np.uint64(dmax))
+                ids = rng.integers(0, imax, size=cnt, endpoint=True, dtype=np.uint64)
+                streams.append((d, ids))
+            queries.append(streams)
+        return {"queries": queries}
+
+    @staticmethod
+    def inputs(config, stim):
+        beats = {f"i_s{s}": [] for s in range(config.streams)}
+        for streams in stim["queries"]:
+            for s, (d, ids) in enumerate(streams):
+                beats[f"i_s{s}"] += [{"dist": int(a), "id": int(b), "last": int(j == len(d) - 1)}
+                                     for j, (a, b) in enumerate(zip(d, ids))]
+        return beats
+
+    @staticmethod
+    def expect(config, stim):
+        out = []
+        for streams in stim["queries"]:
+            d, i = golden.hier_topk(streams, config.k, config.l1, config.queues_per_stream)
+            out += [{"dist": int(a), "id": int(b), "last": int(j == len(d) - 1)}
+                    for j, (a, b) in enumerate(zip(d, i))]
+        return {"o_topk": out}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        per_query = 4 * (config.l1_queues * config.l1 + config.k) + 3 * config.k + 16
+        return sum(4 * sum(len(d) for d, _ in q) + per_query for q in stim["queries"])
+
