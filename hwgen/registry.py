@@ -162,6 +162,23 @@ ACCELERATORS = {a.name: a for a in [
             {"streams": 6, "k": 37, "queue": "insert", "l1_len": 9},
         ),
     ),
+    Accelerator(
+        name="chamvs-node",
+        summary="ChamVS memory node: IVF-PQ search from AXI memory channels (LUT builder, PQ "
+                "decoding units, approximate hierarchical K-selection, id fetch)",
+        config_path="hwgen.vecsearch.node:ChamVSNodeConfig",
+        top_path="hwgen.vecsearch.node:ChamVSNode",
+        model_path="hwgen.vecsearch.node_model:ChamVSNodeModel",
+        default_items=20,
+        test_items=12,
+        test_configs=(
+            {"m": 16, "k": 10},
+            {"m": 64, "k": 37, "channels": 3, "nlist": 7, "nprobe_max": 3},
+            {"m": 32, "k": 5, "channels": 2, "queue": "systolic", "nprobe_max": 5},
+            {"m": 8, "k": 20, "channels": 1, "nlist": 5, "nprobe_max": 2, "lut_bits": 18,
+             "lut_shift": 3},
+        ),
+    ),
 ]}
 
 

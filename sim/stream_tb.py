@@ -9,6 +9,11 @@ once every output has its beats (plus a drain period that catches extra beats) o
 budget runs out, and the results (received frames of words, handshake cycles) go back to the host, which
 compares them with the golden model.
 
+Optional job entries: ``memories`` (AXI4 read masters, each held by a cocotbext-axi
+``AxiRamRead`` filled with an image; with ``stall`` its AR and R channels pause at random too)
+and ``sample`` (plain output signals read one cycle after every TLAST beat of a given output
+port, e.g. per-query performance counters).
+
 Environment: ``HWGEN_JOB`` (job JSON path), ``HWGEN_RESULT`` (result JSON path),
 ``HWGEN_PROGRESS`` (optional progress file).
 """
@@ -20,7 +25,8 @@ import random
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import (AxiRamRead, AxiReadBus, AxiStreamBus, AxiStreamFrame,
+                           AxiStreamSink, AxiStreamSource)
 
 CLOCK_NS = 4
 DRAIN_CYCLES = 64
@@ -48,6 +54,16 @@ class StreamBench:
             if job["stall"] > 0:
                 model.set_pause_generator(_pauses(random.Random(self.rng.random()), job["stall"]))
             (self.sources if port["direction"] == "in" else self.sinks)[port["port"]] = model
+        self.rams = {}
+        for mem in job.get("memories", []):
+            ram = AxiRamRead(AxiReadBus.from_prefix(dut, mem["prefix"]), dut.ap_clk,
+                             dut.ap_rst_n, reset_active_level=False, size=mem["size"])
+            ram.write(0, bytes.fromhex(mem["image"]))
+            if job["stall"] > 0:
+                for channel in (ram.ar_channel, ram.r_channel):
+                    channel.set_pause_generator(
+                        _pauses(random.Random(self.rng.random()), job["stall"]))
+            self.rams[mem["prefix"]] = ram
 
     async def reset(self):
         self.dut.ap_rst_n.value = 0
@@ -82,6 +98,9 @@ async def run_stream_job(dut):
                 source.send_nowait(AxiStreamFrame(frame))
 
     expected = {p["port"]: p["beats"] for p in job["ports"] if p["direction"] == "out"}
+    sample = job.get("sample")
+    sample_tlast = getattr(dut, f"{sample['port']}_tlast") if sample else None
+    samples, sample_next = [], False
     total_expected = sum(expected.values())
     budget = job["timeout_cycles"]
     cycle, done_at, timed_out = 0, None, False
@@ -89,6 +108,11 @@ async def run_stream_job(dut):
     while True:
         await clk
         cycle += 1
+        if sample_next:
+            samples.append({name: int(getattr(dut, name).value) for name in sample["signals"]})
+        h = handshakes[sample["port"]] if sample else None
+        sample_next = bool(sample and h["valid"].value and h["ready"].value
+                           and sample_tlast.value)
         for h in handshakes.values():
             if h["valid"].value and h["ready"].value:
                 h["count"] += 1
@@ -125,6 +149,7 @@ async def run_stream_job(dut):
         "outputs": outputs,
         "handshakes": {p: {k: h[k] for k in ("count", "first", "last", "frame_cycles")}
                        for p, h in handshakes.items()},
+        "samples": samples,
     }
     with open(os.environ["HWGEN_RESULT"], "w") as f:
         json.dump(result, f)

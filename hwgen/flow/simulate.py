@@ -60,6 +60,11 @@ def build_sim(acc, config, *, waves=False, log=None):
     return SimBuild(build_dir, acc.top_name, ports, cached=cached, seconds=seconds)
 
 
+def port_of_result(formats, model):
+    """The AXI-Stream port prefix of the model's result stream."""
+    return formats[model.result_port][0]
+
+
 def _frames(beats, fmt):
     """Group packed words into AXI-Stream frames at beats with ``last`` set."""
     words = [fmt.pack(b) for b in beats]
@@ -149,6 +154,13 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
 
     run_dir = build.directory.parent / "runs" / f"seed{seed}-stall{stall:g}-n{items}"
     job = {"seed": seed, "stall": stall, "timeout_cycles": timeout, "ports": job_ports}
+    if hasattr(model, "memories"):
+        job["memories"] = [{"prefix": prefix, "image": image.hex(),
+                            "size": 1 << max(12, (len(image) - 1).bit_length())}
+                           for prefix, image in model.memories(config, stim).items()]
+    if hasattr(model, "sample_signals"):
+        job["sample"] = {"port": port_of_result(formats, model), "signals":
+                         list(model.sample_signals)}
     result, sim_seconds = run_testbench(
         acc.testbench, build.top, build.directory, run_dir, job, seed=seed, waves=waves,
         progress_label=f"simulating {acc.name}" if progress else None)
@@ -199,6 +211,8 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         "sim_seconds": round(sim_seconds, 2),
         "run_dir": str(run_dir),
     }
+    if hasattr(model, "report"):
+        summary.update(model.report(config, stim, summary, result.get("samples", [])))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if keep_outputs:
         summary["outputs"] = received

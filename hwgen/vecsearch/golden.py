@@ -99,7 +99,8 @@ def topk(distances, ids, k):
 
 def l1_queues(streams, queues_per_stream):
     """Split each stream's items over its L1 queues as the hardware does: with two queues per
-    stream, items alternate (the stream's items 0, 2, 4, ... to the first queue)."""
+    stream, items alternate (the stream's items 0, 2, 4, ... to the first queue). Streams hold
+    only real items (empty markers are not counted)."""
     queues = []
     for dists, ids in streams:
         d, i = np.asarray(dists, dtype=np.int64), np.asarray(ids, dtype=np.int64)

@@ -69,48 +69,59 @@ class HierPQConfig(Config):
 class Alternator(wiring.Component):
     """Deals one stream's items alternately to two queues, closing both at the end of a query.
 
+    Parameters
+    ----------
+    dist_bits, id_bits : int
+    markers : bool
+        ``i`` carries ``empty`` markers: those without ``last`` are dropped (they do not take a
+        turn); one with ``last`` closes the query like an item.
+
     Members
     -------
-    i : ``In(stream.Signature(item(dist_bits, id_bits)))``
+    i : ``In(stream.Signature(item(dist_bits, id_bits, markers)))``
     o0, o1 : ``Out(stream.Signature(item(dist_bits, id_bits, markers=True)))``
         Items 0, 2, 4, ... of each query go to ``o0``, items 1, 3, ... to ``o1``. A query's last
-        item carries ``last`` to its queue; the other queue then receives an empty marker with
+        beat carries ``last`` to its queue; the other queue then receives an empty marker with
         ``last`` so that it closes too (``i`` waits meanwhile).
 
     Combinational: an item passes in the cycle its queue is ready.
     """
 
-    def __init__(self, dist_bits, id_bits):
-        self._layout = layouts.item(dist_bits, id_bits, markers=True)
+    def __init__(self, dist_bits, id_bits, *, markers=False):
+        self._markers = markers
+        layout = layouts.item(dist_bits, id_bits, markers=True)
         super().__init__({
-            "i": In(stream.Signature(layouts.item(dist_bits, id_bits))),
-            "o0": Out(stream.Signature(self._layout)),
-            "o1": Out(stream.Signature(self._layout)),
+            "i": In(stream.Signature(layouts.item(dist_bits, id_bits, markers))),
+            "o0": Out(stream.Signature(layout)),
+            "o1": Out(stream.Signature(layout)),
         })
 
     def elaborate(self, platform):
         m = Module()
         turn = Signal()            # queue of the next item
-        closing = Signal()         # the last item went out; the other queue gets a marker
+        closing = Signal()         # the last beat went out; the other queue gets a marker
+        p = self.i.payload
+        empty = p.empty if self._markers else 0
+        skip = Signal()            # an empty beat without last: dropped
+        m.d.comb += skip.eq(empty & ~p.last)
         outs = (self.o0, self.o1)
         for n, o in enumerate(outs):
-            m.d.comb += [o.payload.dist.eq(self.i.payload.dist),
-                         o.payload.id.eq(self.i.payload.id)]
+            m.d.comb += [o.payload.dist.eq(p.dist), o.payload.id.eq(p.id)]
             with m.If(closing):
                 m.d.comb += [o.valid.eq(turn == n), o.payload.empty.eq(1),
                              o.payload.last.eq(1)]
             with m.Else():
-                m.d.comb += [o.valid.eq(self.i.valid & (turn == n)),
-                             o.payload.last.eq(self.i.payload.last)]
+                m.d.comb += [o.valid.eq(self.i.valid & ~skip & (turn == n)),
+                             o.payload.empty.eq(empty), o.payload.last.eq(p.last)]
         ready = Signal()
         m.d.comb += [ready.eq(Mux(turn, outs[1].ready, outs[0].ready)),
-                     self.i.ready.eq(~closing & ready)]
+                     self.i.ready.eq(~closing & (ready | skip))]
         with m.If(closing):
             with m.If(ready):
                 m.d.sync += [closing.eq(0), turn.eq(0)]
-        with m.Elif(self.i.valid & ready):
+        with m.Elif(self.i.valid & ready & ~skip):
             m.d.sync += turn.eq(~turn)
-            with m.If(self.i.payload.last):
+            with m.If(p.last):
                 m.d.sync += closing.eq(1)
         return m
 
@@ -163,12 +174,15 @@ class HierPQ(wiring.Component):
     Parameters
     ----------
     config : HierPQConfig
+    markers : bool
+        Input items carry ``empty`` markers (a stream may then contribute nothing to a query
+        but a closing marker); used inside the ChamVS node.
 
     Members
     -------
-    i_s0 .. i_s{streams-1} : ``In(stream.Signature(item(dist_bits, id_bits)))``
-        One item stream per PQ decoding unit; each stream's query ends with an item whose
-        ``last`` is set (every stream contributes at least one item to every query).
+    i_s0 .. i_s{streams-1} : ``In(stream.Signature(item(dist_bits, id_bits, markers)))``
+        One item stream per PQ decoding unit; each stream's query ends with a beat whose
+        ``last`` is set (without markers, every stream contributes at least one item).
     o_topk : ``Out(stream.Signature(item(dist_bits, id_bits)))``
         The query's ``min(k, items)`` best L1 survivors, ascending, ``last`` on the final one.
 
@@ -185,9 +199,11 @@ class HierPQ(wiring.Component):
     (backpressure) until their L1 queues have been drained.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, markers=False):
         self.config = c = config
-        members = {f"i_s{s}": In(stream.Signature(layouts.item(c.dist_bits, c.id_bits)))
+        self._markers = markers
+        members = {f"i_s{s}": In(stream.Signature(layouts.item(c.dist_bits, c.id_bits,
+                                                                 markers)))
                    for s in range(c.streams)}
         members["o_topk"] = Out(stream.Signature(layouts.item(c.dist_bits, c.id_bits)))
         super().__init__(members)
@@ -206,7 +222,8 @@ class HierPQ(wiring.Component):
                 queues.append(queue_cls(l1_cfg, markers=True))
                 m.submodules[f"l1_{s}_{j}"] = queues[-1]
             if c.queue == "systolic":
-                m.submodules[f"deal{s}"] = deal = Alternator(c.dist_bits, c.id_bits)
+                m.submodules[f"deal{s}"] = deal = Alternator(c.dist_bits, c.id_bits,
+                                                             markers=self._markers)
                 wiring.connect(m, wiring.flipped(src), deal.i)
                 wiring.connect(m, deal.o0, queues[0].i_items)
                 wiring.connect(m, deal.o1, queues[1].i_items)
@@ -216,6 +233,8 @@ class HierPQ(wiring.Component):
                              l1.payload.dist.eq(src.payload.dist),
                              l1.payload.id.eq(src.payload.id),
                              l1.payload.last.eq(src.payload.last)]
+                if self._markers:
+                    m.d.comb += l1.payload.empty.eq(src.payload.empty)
             for queue in queues:
                 wiring.connect(m, queue.o_topk, getattr(merge, f"i{q}"))
                 q += 1

@@ -1,0 +1,235 @@
+"""Golden model, data set preparation and stimulus of the ChamVS node.
+
+:func:`prepare` turns a data set into everything the node needs: an integer IVF-PQ index trained
+by faiss (:mod:`hwgen.vecsearch.ivfpq`), its packing into memory channels
+(:mod:`hwgen.vecsearch.layout`) and the queries with their probed lists from faiss's coarse
+quantizer. :func:`node_search` is the node's golden model: bit-exact, including the assignment
+of codes to PQ units, the tags that break distance ties, and the approximate K-selection.
+"""
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from . import golden
+from .ivfpq import import_faiss, quantize_vectors, train_integer_ivfpq
+from .layout import pack_index, split_lists
+
+__all__ = ["NodeData", "prepare", "node_search", "recall_at", "ChamVSNodeModel",
+           "load_vectors"]
+
+QUERY_POOL = 200     #: digits vectors held out of the base as queries
+
+
+@dataclass
+class NodeData:
+    """A data set prepared for a node configuration."""
+    base: np.ndarray          # (n, D) int64
+    queries: np.ndarray       # (q, D) int64
+    index: object             # IntegerIVFPQ
+    layout: object            # NodeLayout
+    placed: list              # per list, per channel: (codes, ids)
+    probes: np.ndarray        # (q, nprobe) int64
+    scale: float              # float -> integer scale (1.0 for integer data)
+    name: str
+
+
+def load_vectors(path, what):
+    """A 2-D float array from an ``.npy`` file, with errors naming the option."""
+    try:
+        x = np.load(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(what, f"cannot read as .npy: {e}", value=str(path)) from None
+    if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
+        raise ConfigError(what, f"must hold a 2-D numeric array, got shape {x.shape}",
+                          value=str(path))
+    if not np.all(np.isfinite(x)):
+        raise ConfigError(what, "holds NaN or infinite values", value=str(path))
+    return x.astype(np.float32)
+
+
+def prepare(config, *, base=None, queries=None, nprobe=None, count=20, rng=None, seed=1234):
+    """Data set, trained integer index, node memory images and probed lists.
+
+    ``base``/``queries``: float arrays (a user's vectors, quantised to ``elem_bits`` with one
+    scale), or None for the digits data set (the last 200 vectors are the query pool).
+    ``count`` queries are drawn from the pool with ``rng``.
+    """
+    from ..datasets import digits
+    c = config
+    if base is None:
+        x, _ = digits()
+        base_i, pool, scale, name = x[:-QUERY_POOL], x[-QUERY_POOL:], 1.0, "digits"
+    else:
+        if queries is None:
+            raise ConfigError("queries", "--queries is needed with --base")
+        if queries.shape[1] != base.shape[1]:
+            raise ConfigError("queries", f"dimension {queries.shape[1]} differs from the "
+                              f"base's {base.shape[1]}")
+        base_i, scale = quantize_vectors(base, c.elem_bits)
+        pool, _ = quantize_vectors(queries, c.elem_bits, scale)
+        name = "user vectors"
+    if base_i.shape[1] != c.dim:
+        raise ConfigError("dim", f"must equal the data's dimension {base_i.shape[1]}",
+                          value=c.dim)
+    nprobe = nprobe or c.nprobe_max
+    if not 1 <= nprobe <= min(c.nprobe_max, c.nlist):
+        raise ConfigError("nprobe", f"must be in 1..{min(c.nprobe_max, c.nlist)}", value=nprobe)
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    pick = np.sort(rng.choice(len(pool), size=min(count, len(pool)), replace=False))
+    queries_i = pool[pick]
+    index = train_integer_ivfpq(base_i, nlist=c.nlist, m=c.m, elem_bits=c.elem_bits, seed=seed)
+    longest = max(len(ids) for ids in index.list_ids)
+    seg_words = -(-(-(-longest // c.n_channels)) // c.codes_per_word)
+    if seg_words > (1 << c.segment_bits):
+        raise ConfigError("segment_bits", f"a list needs {seg_words} words per channel; "
+                          f"raise segment_bits to {max(1, (seg_words - 1).bit_length())}",
+                          value=c.segment_bits)
+    layout = pack_index(index.list_codes, index.list_ids, channels=c.n_channels,
+                        word_bytes=c.word_bytes, m=c.m, id_bytes=c.id_bytes)
+    placed = split_lists(index.list_codes, index.list_ids, c.n_channels)
+    probes = index.probe(queries_i, nprobe)
+    return NodeData(base_i, queries_i, index, layout, placed, probes, scale, name)
+
+
+def _tag(config, channel, probe, word, lane):
+    value, shift = 0, 0
+    for name, bits in config.tag_fields:
+        value |= {"lane": lane, "word": word, "probe": probe, "channel": channel}[name] << shift
+        shift += bits
+    return value
+
+
+def node_search(config, data, query, probes):
+    """The node's result for one query: ``(distances, ids, tags)``, ascending by
+    (distance, tag), exactly as the hardware computes it."""
+    c = config
+    cpw = c.codes_per_word
+    streams = [([], []) for _ in range(c.units)]
+    where = {}
+    for p, lst in enumerate(probes):
+        lut = golden.build_lut(query - data.index.coarse[lst], data.index.pq_centroids,
+                               c.lut_shift, c.lut_bits)
+        for ch in range(c.n_channels):
+            codes, ids = data.placed[lst][ch]
+            dists = golden.pq_distances(codes, lut) if len(codes) else np.zeros(0, np.int64)
+            for i, (d, vid) in enumerate(zip(dists.tolist(), ids.tolist())):
+                tag = _tag(c, ch, p, i // cpw, i % cpw)
+                streams[ch * cpw + i % cpw][0].append(d)
+                streams[ch * cpw + i % cpw][1].append(tag)
+                where[tag] = vid
+    ks = c.kselect_config()
+    d, t = golden.hier_topk([(np.array(a, np.int64), np.array(b, np.int64)) for a, b in streams],
+                            c.k, ks.l1, ks.queues_per_stream)
+    return d, np.array([where[x] for x in t.tolist()], dtype=np.int64), t
+
+
+def exact_neighbours(base, queries, k):
+    """Exact L2 ground truth (faiss IndexFlatL2 on the integer vectors)."""
+    faiss = import_faiss()
+    flat = faiss.IndexFlatL2(base.shape[1])
+    flat.add(base.astype(np.float32))
+    return flat.search(queries.astype(np.float32), k)[1]
+
+
+def recall_at(found, truth, r):
+    """Mean fraction of the true ``r`` nearest neighbours among the first ``r`` found ids."""
+    hits = [len(set(f[:r].tolist()) & set(t[:r].tolist())) / r for f, t in zip(found, truth)]
+    return float(np.mean(hits)) if hits else 0.0
+
+
+class ChamVSNodeModel:
+    """Stream-level model of the node for ``hwgen sim``: metadata streams, queries, memory
+    images and golden results, from the digits data set or a user's vectors."""
+
+    result_port = "o_result"
+    latency_from = "i_query"
+    #: ``hwgen sim`` options this model understands (besides ``--set``)
+    options = ("base", "queries", "nprobe")
+    sample_signals = ("stat_cycles", "stat_lut", "stat_scan", "stat_drain", "stat_words",
+                      "stat_starve", "stat_wait")
+
+    @staticmethod
+    def stimulus(config, items, rng, base=None, queries=None, nprobe=None):
+        base = load_vectors(base, "base") if isinstance(base, str) else base
+        queries = load_vectors(queries, "queries") if isinstance(queries, str) else queries
+        data = prepare(config, base=base, queries=queries, nprobe=nprobe, count=items, rng=rng)
+        results = [node_search(config, data, q, pr) for q, pr in zip(data.queries, data.probes)]
+        return {"data": data, "results": results}
+
+    @staticmethod
+    def inputs(config, stim):
+        c, data = config, stim["data"]
+        idx = data.index
+        pad = np.zeros(c.nprobe_max, dtype=np.int64)
+        queries = []
+        for q, pr in zip(data.queries, data.probes):
+            lists = pad.copy()
+            lists[:len(pr)] = pr
+            queries.append({"query": q.tolist(), "nprobe": len(pr), "lists": lists.tolist()})
+        return {
+            "i_pq": [{"elem": idx.pq_centroids[i, r].tolist()}
+                     for i in range(c.m) for r in range(256)],
+            "i_coarse": [{"elem": row.tolist()} for row in idx.coarse],
+            "i_table": data.layout.table_entries(),
+            "i_query": queries,
+        }
+
+    @staticmethod
+    def expect(config, stim):
+        out = []
+        for d, ids, _ in stim["results"]:
+            out += [{"dist": int(a), "id": int(b), "last": int(j == len(d) - 1)}
+                    for j, (a, b) in enumerate(zip(d, ids))]
+        return {"o_result": out}
+
+    @staticmethod
+    def memories(config, stim):
+        return {f"m_axi_ch{ch}": image for ch, image in enumerate(stim["data"].layout.images)}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        data = stim["data"]
+        words = sum(data.layout.words(l, ch) for pr in data.probes for l in pr
+                    for ch in range(config.n_channels))
+        per_query = 256 * config.lut_config().steps * (config.nprobe_max + 1) + 4 * config.k \
+            + 8 * config.units * config.kselect_config().l1 + 500
+        return 4 * words + len(data.queries) * per_query + 256 * config.m + config.nlist
+
+    @staticmethod
+    def report(config, stim, summary, samples):
+        """Recall, agreement with faiss, per-query cycle breakdown and scan efficiency."""
+        data = stim["data"]
+        found = np.array([ids for _, ids, _ in stim["results"]], dtype=object)
+        k = config.k
+        truth = exact_neighbours(data.base, data.queries, max(k, 1))
+        index = data.index.index
+        index.nprobe = data.probes.shape[1]
+        _, faiss_ids = index.search(data.queries.astype(np.float32), k)
+        rec = {f"recall@{r}": recall_at(found, truth, r) for r in (1, 10, 100) if r <= k}
+        rec_faiss = {f"recall@{r}": recall_at(faiss_ids, truth, r) for r in (1, 10, 100)
+                     if r <= k}
+        same = float(np.mean([set(f.tolist()) == set(g.tolist())
+                              for f, g in zip(found, faiss_ids)]))
+        out = {"dataset": data.name, "queries": len(data.queries),
+               "nprobe": int(data.probes.shape[1]), "recall": rec, "faiss_recall": rec_faiss,
+               "identical_topk_fraction": same}
+        if samples:
+            cols = {name: np.array([s[name] for s in samples], dtype=np.int64)
+                    for name in ChamVSNodeModel.sample_signals}
+            words, starve = cols["stat_words"].sum(), cols["stat_starve"].sum()
+            codes = sum(data.layout.words(l, ch) for pr in data.probes for l in pr
+                        for ch in range(config.n_channels)) * config.codes_per_word
+            out["per_query_cycles"] = {
+                "total": float(cols["stat_cycles"].mean()),
+                "lut": float(cols["stat_lut"].mean()),
+                "scan": float(cols["stat_scan"].mean()),
+                "drain": float(cols["stat_drain"].mean())}
+            out["scan_efficiency"] = float(words / (words + starve)) if words else 0.0
+            out["scan_codes_per_cycle"] = float(codes / cols["stat_scan"].sum())
+            out["scan_limit_codes_per_cycle"] = config.units
+            out["per_query_stats"] = [{k2: int(v[i]) for k2, v in cols.items()}
+                                      for i in range(len(samples))]
+        return out
