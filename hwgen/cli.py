@@ -129,17 +129,41 @@ def build(name, sets, config_file, board, out_dir, synth):
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--stall", type=float, default=0.0, show_default=True,
               help="Probability per cycle of an input gap and, independently, of output "
-                   "backpressure.")
+                   "backpressure (and of pauses on AXI memory channels).")
 @click.option("--waves", is_flag=True, help="Dump a VCD waveform (dump.vcd in the run dir).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Write the result as JSON.")
+@click.option("--base", type=click.Path(dir_okay=False),
+              help="chamvs-node: .npy float32 database vectors (default: digits data set).")
+@click.option("--queries", type=click.Path(dir_okay=False),
+              help="chamvs-node: .npy float32 query vectors.")
+@click.option("--queries-count", type=int, help="chamvs-node: queries to run (= --items).")
+@click.option("--nprobe", type=int, help="chamvs-node: lists probed per query.")
+@click.option("--nlist", type=int, help="chamvs-node: IVF lists (= --set nlist=N).")
+@click.option("--k", "k", type=int, help="chamvs-node: results per query (= --set k=N).")
+@click.option("--m", "m", type=int, help="chamvs-node: PQ sub-spaces (= --set m=N).")
 @reports_errors
-def sim(name, sets, config_file, items, seed, stall, waves, json_path):
+def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, queries,
+        queries_count, nprobe, nlist, k, m):
     """Simulate the Verilog on Verilator and compare with the golden model."""
     from .flow.simulate import check, simulate
-    acc, cfg = _config(name, sets, config_file, None)
+    acc = registry.get(name)
+    data_opts = {"base": base, "queries": queries, "nprobe": nprobe}
+    given = [o for o, v in {**data_opts, "queries_count": queries_count, "nlist": nlist,
+                            "k": k, "m": m}.items() if v is not None]
+    if given and not hasattr(acc.model, "options"):
+        raise ConfigError(given[0], f"is an option of chamvs-node, not of {name}",
+                          value=locals()[given[0]])
+    sets = list(sets) + [f"{key}={val}" for key, val in (("nlist", nlist), ("k", k), ("m", m))
+                         if val is not None]
+    if base is not None and not any(s.startswith("dim=") for s in sets):
+        from .vecsearch.node_model import load_vectors
+        sets.append(f"dim={load_vectors(base, 'base').shape[1]}")
+    items = queries_count if queries_count is not None else items
+    cfg = acc.make_config(sets, config_file, None)
+    options = {key: val for key, val in data_opts.items() if val is not None}
     result = simulate(acc, cfg, items=items, seed=seed, stall=stall, waves=waves,
-                      progress=sys.stderr.isatty(), log=_log)
+                      progress=sys.stderr.isatty(), log=_log, stimulus_options=options)
     if json_path:
         _write_json(json_path, result)
     click.echo(f"{acc.name}: {result['results']} results from {result['items']} items, "
@@ -149,9 +173,26 @@ def sim(name, sets, config_file, items, seed, stall, waves, json_path):
                + (f", {result['input_items_per_cycle']:.4f} input items/cycle within frames"
                   if result["input_items_per_cycle"] is not None else "")
                + f" (stall {stall:g}, seed {seed})")
+    if "recall" in result:
+        _echo_node(result)
     if waves:
         click.echo(f"waveform: {Path(result['run_dir']) / 'dump.vcd'}")
     check(result)
+
+
+def _echo_node(r):
+    recall = ", ".join(f"{key} {val:.3f}" for key, val in r["recall"].items())
+    faiss = ", ".join(f"{key} {val:.3f}" for key, val in r["faiss_recall"].items())
+    click.echo(f"  {r['dataset']}, {r['queries']} queries, nprobe {r['nprobe']}: node {recall}; "
+               f"faiss IndexIVFPQ {faiss}; identical top-k ids in "
+               f"{100 * r['identical_topk_fraction']:.1f}% of queries")
+    if "per_query_cycles" in r:
+        pq = r["per_query_cycles"]
+        click.echo(f"  cycles per query: {pq['total']:.0f} (LUT {pq['lut']:.0f}, scan "
+                   f"{pq['scan']:.0f}, drain {pq['drain']:.0f}); scan efficiency "
+                   f"{r['scan_efficiency']:.3f} (memory-side), "
+                   f"{r['scan_codes_per_cycle']:.2f} codes/cycle of "
+                   f"{r['scan_limit_codes_per_cycle']} while scanning")
 
 
 @main.command()
@@ -212,6 +253,16 @@ def bench_kselect(queries, seed):
     from .vecsearch.bench import bench_kselect as run_bench
     if not run_bench(echo=click.echo, queries=queries, seed=seed):
         raise SimulationMismatch("a K-selection row misses its exactness target")
+
+
+@bench.command("chamvs")
+@click.option("--queries", type=int, default=12, show_default=True)
+@reports_errors
+def bench_chamvs(queries):
+    """ChamVS node: model vs simulation, scan throughput, projected QPS of the paper's data."""
+    from .vecsearch.bench import bench_chamvs as run_bench
+    if not run_bench(echo=click.echo, queries=queries):
+        raise SimulationMismatch("the node disagreed with its golden model or its cycle model")
 
 
 @bench.command("queues")

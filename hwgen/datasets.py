@@ -9,7 +9,7 @@ import numpy as np
 
 from .errors import ToolError
 
-__all__ = ["digits"]
+__all__ = ["digits", "replicated"]
 
 
 def digits():
@@ -21,3 +21,14 @@ def digits():
             from None
     d = load_digits()
     return d.data.astype(np.int64) * 15 - 120, d.target.astype(np.int64)
+
+
+def replicated(x, times, noise=3, seed=0, elem_bits=8):
+    """``times`` copies of ``x`` with uniform integer noise in ``-noise..noise`` per component,
+    clipped to signed ``elem_bits``: a larger data set with the structure of a real one (the
+    Chameleon paper builds SYN-512/1024 by replicating SIFT vectors the same way)."""
+    rng = np.random.default_rng(seed)
+    top = (1 << (elem_bits - 1)) - 1
+    out = np.concatenate([x + rng.integers(-noise, noise, size=x.shape, endpoint=True)
+                          for _ in range(times)])
+    return np.clip(out, -top - 1, top).astype(np.int64)

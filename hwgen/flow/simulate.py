@@ -126,6 +126,9 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         raise ConfigError("stall", "must be a probability in 0..0.99", value=stall)
     model = acc.model
     items = items if items is not None else acc.default_items
+    unknown = set(stimulus_options or {}) - set(getattr(model, "options", ()))
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], f"is not an option of {acc.name}")
     if items < 1:
         raise ConfigError("items", "must be at least 1", value=items)
     build = build_sim(acc, config, waves=waves, log=log)

@@ -228,3 +228,85 @@ def bench_queues(echo=print, ks=(16, 64, 100), ahpq=(100, 16)):
              f"{entries} entries), estimated at the measured systolic-pq k={k} cost per entry: "
              f"{lut_e * entries:.0f} LUT, {ff_e * entries:.0f} FF "
              f"({lut_e * entries / res['lut']:.1f}x the AHPQ's LUTs)")
+
+
+# -- ChamVS node ---------------------------------------------------------------------------------
+
+def _model_errors(config, stim, result):
+    """Per query: (measured total, predicted total) from the node's counters and the model."""
+    from .model import query_cycles
+    data = stim["data"]
+    pairs = []
+    for st, probes, res in zip(result["per_query_stats"], data.probes, stim["results"]):
+        words = [max(data.layout.words(l, ch) for ch in range(config.n_channels))
+                 for l in probes]
+        unit_items = [0] * config.units
+        for l in probes:
+            for ch in range(config.n_channels):
+                n = int(data.layout.count[l, ch])
+                for lane in range(config.codes_per_word):
+                    unit_items[ch * config.codes_per_word + lane] += \
+                        len(range(lane, n, config.codes_per_word))
+        pairs.append((st["stat_cycles"], query_cycles(config, words, unit_items,
+                                                      len(res[0]))["total"]))
+    return pairs
+
+
+def run_node_case(config, *, queries, seed=1, stall=0.0, base=None, log=None):
+    """Simulate the node on ``queries`` queries; returns (simulate result, model pairs)."""
+    acc = registry.get("chamvs-node")
+    stim = acc.model.stimulus(config, queries, np.random.default_rng(seed), base=base)
+    result = simulate(acc, config, items=queries, seed=seed, stall=stall, stimulus=stim,
+                      log=log)
+    return result, _model_errors(config, stim, result)
+
+
+def bench_chamvs(echo=print, queries=12, seed=1):
+    """``hwgen bench chamvs``: model against simulation, scan throughput, paper projections.
+    Returns True if every simulated query matched the golden model and the model's error stays
+    within 5%."""
+    from ..datasets import digits, replicated
+    from .model import PAPER_DATASETS, project
+    from .node import ChamVSNodeConfig
+    ok = True
+    big = replicated(digits()[0][:-200], 32)
+    cases = [("digits (1,597 vectors), nlist 16, nprobe 4", ChamVSNodeConfig(), None),
+             ("digits x32 (51,104 vectors), nlist 4, nprobe 4",
+              ChamVSNodeConfig(nlist=4), big)]
+    echo("ChamVS node on u250 (4 DDR4 channels, 64-byte words), m 16, k 10: 16 PQ units, scan "
+         "limit 16 codes/cycle; simulation with an ideal memory (--stall 0)")
+    echo(_row(["workload", "queries", "mismatches", "cycles/query (sim)", "model",
+               "max model error", "LUT / scan / drain (sim)", "scan codes/cycle",
+               "of limit", "memory-side efficiency"]))
+    echo(_row(["---"] * 10))
+    for label, cfg, base in cases:
+        result, pairs = run_node_case(cfg, queries=queries, seed=seed, base=base)
+        measured = np.array([p[0] for p in pairs], dtype=float)
+        predicted = np.array([p[1] for p in pairs], dtype=float)
+        err = np.abs(predicted - measured) / measured
+        ok &= result["mismatches"] == 0 and err.max() <= 0.05
+        pq = result["per_query_cycles"]
+        echo(_row([label, queries, result["mismatches"], f"{measured.mean():.0f}",
+                   f"{predicted.mean():.0f}", f"{100 * err.max():.1f}%",
+                   f"{pq['lut']:.0f} / {pq['scan']:.0f} / {pq['drain']:.0f}",
+                   f"{result['scan_codes_per_cycle']:.2f}",
+                   f"{result['scan_codes_per_cycle'] / cfg.units:.3f}",
+                   f"{result['scan_efficiency']:.3f}"]))
+    echo("")
+    echo("Projection for the paper's data sets (Table 3: 1e9 vectors, nlist 32768, nprobe 32, "
+         "K 100; 8-byte ids) on U250 nodes, from the model; databases larger than a node's "
+         "64 GB are split over several nodes, which scan in parallel")
+    echo(_row(["data set", "D", "m", "nodes", "PQ units", "words/list/channel",
+               "cycles/query", "scan share", "QPS at 140 MHz (paper clock)",
+               "QPS at 300 MHz (u250 kernel clock)", "Chameleon U250 LUT/FF/BRAM/URAM/DSP %"]))
+    echo(_row(["---"] * 11))
+    for ds in PAPER_DATASETS:
+        slow, fast = project(ds, clock_mhz=140), project(ds)
+        echo(_row([ds.name, ds.dim, ds.m, slow["nodes"], slow["units"],
+                   slow["words_per_list_channel"], slow["cycles"],
+                   f"{slow['scan_share']:.3f}", f"{slow['qps']:.0f}", f"{fast['qps']:.0f}",
+                   " / ".join(f"{v:g}" for v in ds.chameleon_percent)]))
+    echo("Chameleon reports its search latency only as distributions in a figure (Fig. 9: "
+         "1.36-6.13x faster than CPU with the IVF index on the CPU); it publishes no QPS to set "
+         "beside these numbers.")
+    return ok

@@ -54,14 +54,18 @@ def prepare(config, *, base=None, queries=None, nprobe=None, count=20, rng=None,
     """Data set, trained integer index, node memory images and probed lists.
 
     ``base``/``queries``: float arrays (a user's vectors, quantised to ``elem_bits`` with one
-    scale), or None for the digits data set (the last 200 vectors are the query pool).
-    ``count`` queries are drawn from the pool with ``rng``.
+    scale) or integer arrays (used as they are), or None for the digits data set (the last 200
+    vectors are the query pool; ``queries`` alone replaces that pool). ``count`` queries are
+    drawn from the pool with ``rng``.
     """
     from ..datasets import digits
     c = config
     if base is None:
         x, _ = digits()
         base_i, pool, scale, name = x[:-QUERY_POOL], x[-QUERY_POOL:], 1.0, "digits"
+    elif np.issubdtype(base.dtype, np.integer):
+        base_i, scale, name = base.astype(np.int64), 1.0, "integer vectors"
+        pool = queries.astype(np.int64) if queries is not None else digits()[0][-QUERY_POOL:]
     else:
         if queries is None:
             raise ConfigError("queries", "--queries is needed with --base")
