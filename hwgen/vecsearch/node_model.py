@@ -17,8 +17,8 @@ from . import golden
 from .ivfpq import import_faiss, quantize_vectors, train_integer_ivfpq
 from .layout import pack_index, split_lists
 
-__all__ = ["NodeData", "prepare", "node_search", "recall_at", "ChamVSNodeModel",
-           "load_vectors"]
+__all__ = ["NodeData", "Shard", "node_data", "prepare", "node_search", "recall_at",
+           "ChamVSNodeModel", "load_vectors"]
 
 QUERY_POOL = 200     #: digits vectors held out of the base as queries
 
@@ -26,14 +26,33 @@ QUERY_POOL = 200     #: digits vectors held out of the base as queries
 @dataclass
 class NodeData:
     """A data set prepared for a node configuration."""
-    base: np.ndarray          # (n, D) int64
+    base: object              # (n, D) int64, or None when only a shard is known
     queries: np.ndarray       # (q, D) int64
-    index: object             # IntegerIVFPQ
+    index: object             # IntegerIVFPQ (or a shard: coarse, pq_centroids, lists)
     layout: object            # NodeLayout
     placed: list              # per list, per channel: (codes, ids)
     probes: np.ndarray        # (q, nprobe) int64
     scale: float              # float -> integer scale (1.0 for integer data)
     name: str
+
+
+@dataclass
+class Shard:
+    """The part of an index one node holds: centroids and its share of every list."""
+    coarse: np.ndarray
+    pq_centroids: np.ndarray
+    list_codes: list
+    list_ids: list
+
+
+def node_data(config, shard, queries, probes, name="shard"):
+    """Pack a shard for ``config`` and pair it with queries (no ground truth)."""
+    c = config
+    layout = pack_index(shard.list_codes, shard.list_ids, channels=c.n_channels,
+                        word_bytes=c.word_bytes, m=c.m, id_bytes=c.id_bytes)
+    placed = split_lists(shard.list_codes, shard.list_ids, c.n_channels)
+    return NodeData(None, np.asarray(queries, dtype=np.int64), shard, layout, placed,
+                    np.asarray(probes, dtype=np.int64), 1.0, name)
 
 
 def load_vectors(path, what):
@@ -206,6 +225,8 @@ class ChamVSNodeModel:
     def report(config, stim, summary, samples):
         """Recall, agreement with faiss, per-query cycle breakdown and scan efficiency."""
         data = stim["data"]
+        if data.base is None:        # a shard served by a node: no ground truth here
+            return {}
         found = np.array([ids for _, ids, _ in stim["results"]], dtype=object)
         k = config.k
         truth = exact_neighbours(data.base, data.queries, max(k, 1))

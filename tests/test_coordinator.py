@@ -1,0 +1,165 @@
+"""ChamVS coordinator over TCP: N-node results equal one node's, a dead node gives a partial
+result within the timeout, malformed traffic is answered and counted."""
+
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hwgen.host.coordinator import (Coordinator, merge_topk, same_results, shard_lists)
+from hwgen.host.node_server import save_shard
+from hwgen.host.protocol import recv_message, send_message
+from hwgen.vecsearch.node import ChamVSNodeConfig
+from hwgen.vecsearch.node_model import Shard, prepare
+
+from conftest import requires_faiss, requires_verilator
+
+pytestmark = requires_faiss
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    cfg = ChamVSNodeConfig(k=10, l1_len=10)       # exact K-selection in every node
+    data = prepare(cfg, count=12, rng=np.random.default_rng(3))
+    return cfg, data
+
+
+def _start(path, backend="golden"):
+    proc = subprocess.Popen([sys.executable, "-m", "hwgen.host.node_server", str(path),
+                             "--port", "0", "--backend", backend], stdout=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("listening on"), line
+    return proc, ("127.0.0.1", int(line.split()[-1]))
+
+
+@pytest.fixture
+def cluster(tmp_path, dataset):
+    procs = []
+
+    def launch(nodes, scheme="split-lists", backend="golden", config=None):
+        cfg, data = dataset
+        cfg = config or cfg
+        addrs = []
+        for n, (codes, ids) in enumerate(shard_lists(data.index.list_codes,
+                                                     data.index.list_ids, nodes, scheme)):
+            path = tmp_path / f"{scheme}-{nodes}-{n}-{backend}.pkl"
+            save_shard(path, cfg, Shard(data.index.coarse, data.index.pq_centroids, codes,
+                                        ids))
+            proc, addr = _start(path, backend)
+            procs.append(proc)
+            addrs.append(addr)
+        return addrs
+
+    yield launch
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_merge_orders_by_distance_then_id():
+    d, i = merge_topk([([5, 9], [3, 1]), ([5, 2], [2, 8])], 3)
+    assert d.tolist() == [2, 5, 5] and i.tolist() == [8, 2, 3]
+
+
+def test_shards_partition_every_list():
+    codes = [np.arange(10).reshape(10, 1), np.arange(3).reshape(3, 1)]
+    ids = [np.arange(10), np.arange(10, 13)]
+    for scheme in ("split-lists", "whole-lists"):
+        shards = shard_lists(codes, ids, 3, scheme)
+        for lst in range(2):
+            held = sorted(x for _, sid in shards for x in sid[lst].tolist())
+            assert held == ids[lst].tolist()
+    whole = shard_lists(codes, ids, 3, "whole-lists")
+    assert [len(s[1][0]) for s in whole] == [10, 0, 0]
+
+
+@pytest.mark.parametrize("scheme", ["split-lists", "whole-lists"])
+def test_three_nodes_equal_one(cluster, dataset, scheme):
+    cfg, data = dataset
+    one = Coordinator(cluster(1), timeout=20)
+    three = Coordinator(cluster(3, scheme), timeout=20)
+    a = one.search(data.queries, data.probes, cfg.k)
+    b = three.search(data.queries, data.probes, cfg.k)
+    assert not a.partial and not b.partial
+    for q in range(len(data.queries)):
+        assert same_results((a.distances[q], a.ids[q]), (b.distances[q], b.ids[q]))
+        assert len(b.ids[q]) == cfg.k
+
+
+def test_dead_node_gives_partial_result_within_timeout(cluster, dataset):
+    cfg, data = dataset
+    addrs = cluster(3)
+    coord = Coordinator(addrs, timeout=2.0)
+    full = coord.search(data.queries[:2], data.probes[:2], cfg.k)
+    assert not full.partial
+    # a node that accepts connections but never answers
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    coord = Coordinator(addrs[:2] + [silent.getsockname()], timeout=2.0)
+    start = time.monotonic()
+    res = coord.search(data.queries[:2], data.probes[:2], cfg.k)
+    assert time.monotonic() - start < 4.0
+    assert res.partial and res.missing == [f"127.0.0.1:{silent.getsockname()[1]}"]
+    assert all(len(ids) == cfg.k for ids in res.ids)
+    silent.close()
+
+
+def test_killed_node_process(tmp_path, dataset):
+    cfg, data = dataset
+    shards = shard_lists(data.index.list_codes, data.index.list_ids, 2)
+    procs, addrs = [], []
+    for n, (codes, ids) in enumerate(shards):
+        path = tmp_path / f"kill-{n}.pkl"
+        save_shard(path, cfg, Shard(data.index.coarse, data.index.pq_centroids, codes, ids))
+        proc, addr = _start(path)
+        procs.append(proc)
+        addrs.append(addr)
+    try:
+        coord = Coordinator(addrs, timeout=2.0)
+        assert not coord.search(data.queries[:1], data.probes[:1], cfg.k).partial
+        procs[1].kill()
+        procs[1].wait()
+        start = time.monotonic()
+        res = coord.search(data.queries[:1], data.probes[:1], cfg.k)
+        assert time.monotonic() - start < 4.0
+        assert res.partial and res.missing == [f"{addrs[1][0]}:{addrs[1][1]}"]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_malformed_requests_are_answered_and_counted(cluster, dataset):
+    addr = cluster(1)[0]
+    with socket.create_connection(addr) as s:        # garbage length prefix, then close
+        s.sendall(struct.pack(">I", 10) + b"{bad")
+    with socket.create_connection(addr) as s:
+        send_message(s, {"op": "search", "queries": [[1, 2]], "probes": [[0]], "k": 10})
+        assert "error" in recv_message(s)
+    with socket.create_connection(addr) as s:
+        send_message(s, {"op": "fly"})
+        assert "unknown op" in recv_message(s)["error"]
+    with socket.create_connection(addr) as s:
+        send_message(s, {"op": "stats"})
+        stats = recv_message(s)
+    assert stats["errors"] == 3 and stats["requests"] == 3
+
+
+@requires_verilator
+def test_rtl_node_equals_golden_node(cluster, dataset):
+    cfg, data = dataset
+    rtl_cfg = ChamVSNodeConfig(k=10)          # the default node, built by the simulation tests
+    golden = Coordinator(cluster(1, config=rtl_cfg), timeout=30)
+    rtl = Coordinator(cluster(1, backend="rtl", config=rtl_cfg), timeout=600)
+    a = golden.search(data.queries[:4], data.probes[:4], rtl_cfg.k)
+    b = rtl.search(data.queries[:4], data.probes[:4], rtl_cfg.k)
+    assert not b.partial
+    for q in range(4):
+        assert a.distances[q].tolist() == b.distances[q].tolist()
+        assert a.ids[q].tolist() == b.ids[q].tolist()
