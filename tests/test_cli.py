@@ -102,3 +102,20 @@ def test_synth_pq_decoder_meets_its_budget(tmp_path):
         assert key in report["percent"]
     assert report["percent"]["bram"] == pytest.approx(100 * 16 / 4000, rel=1e-3)
     assert "% of u250" in result.output
+
+
+@requires_verilator
+def test_sim_chamvs_node_reports_recall_and_efficiency(tmp_path):
+    out = tmp_path / "n.json"
+    result = run("sim", "chamvs-node", "--set", "m=16", "--set", "k=10", "--queries-count", "20",
+                 "--stall", "0.2", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["mismatches"] == 0 and data["queries"] == 20
+    assert 0 < data["recall"]["recall@10"] <= 1 and 0 < data["scan_efficiency"] <= 1
+    assert "recall@10" in result.output and "scan efficiency" in result.output
+
+
+def test_node_options_rejected_for_other_accelerators():
+    proc = hwgen_process("sim", "pq-decoder", "--nprobe", "3")
+    assert proc.returncode == 2 and "nprobe=3: is an option of chamvs-node" in proc.stderr

@@ -22,6 +22,7 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
     stream without TLAST).
 """
 
+import inspect
 import json
 from pathlib import Path
 
@@ -126,7 +127,8 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         raise ConfigError("stall", "must be a probability in 0..0.99", value=stall)
     model = acc.model
     items = items if items is not None else acc.default_items
-    unknown = set(stimulus_options or {}) - set(getattr(model, "options", ()))
+    accepted = set(inspect.signature(model.stimulus).parameters) - {"config", "items", "rng"}
+    unknown = set(stimulus_options or {}) - accepted
     if unknown:
         raise ConfigError(sorted(unknown)[0], f"is not an option of {acc.name}")
     if items < 1:
