@@ -77,6 +77,16 @@ class Accelerator:
         return _load(self.top_path)(config)
 
 
+#: Both exact queues are simulated in the same configurations: k = 1, odd and large k, narrow
+#: fields (many ties) and 64-bit fields.
+QUEUE_TEST_CONFIGS = (
+    {"k": 1, "dist_bits": 8, "id_bits": 8},
+    {"k": 7, "dist_bits": 12, "id_bits": 9},
+    {"k": 16, "dist_bits": 3, "id_bits": 2},
+    {"k": 37, "dist_bits": 32, "id_bits": 32},
+    {"k": 64, "dist_bits": 64, "id_bits": 64},
+)
+
 ACCELERATORS = {a.name: a for a in [
     Accelerator(
         name="pq-decoder",
@@ -120,13 +130,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.queues:QueueModel",
         default_items=3000,
         test_items=2500,
-        test_configs=(
-            {"k": 1, "dist_bits": 8, "id_bits": 8},
-            {"k": 7, "dist_bits": 12, "id_bits": 9},
-            {"k": 16, "dist_bits": 3, "id_bits": 2},
-            {"k": 37, "dist_bits": 32, "id_bits": 32},
-            {"k": 64, "dist_bits": 64, "id_bits": 64},
-        ),
+        test_configs=QUEUE_TEST_CONFIGS,
     ),
     Accelerator(
         name="insert-pq",
@@ -137,13 +141,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.queues:QueueModel",
         default_items=3000,
         test_items=2500,
-        test_configs=(
-            {"k": 1, "dist_bits": 8, "id_bits": 8},
-            {"k": 7, "dist_bits": 12, "id_bits": 9},
-            {"k": 16, "dist_bits": 3, "id_bits": 2},
-            {"k": 37, "dist_bits": 32, "id_bits": 32},
-            {"k": 64, "dist_bits": 64, "id_bits": 64},
-        ),
+        test_configs=QUEUE_TEST_CONFIGS,
     ),
     Accelerator(
         name="hier-pq",

@@ -71,7 +71,19 @@ class _State(enum.Enum, shape=2):
 
 
 class _Queue(wiring.Component):
-    """Shared ports and entry registers of the two queues."""
+    """Shared ports and entry registers of the two queues.
+
+    Parameters
+    ----------
+    config : QueueConfig
+    markers : bool
+        Items carry an ``empty`` flag (see :func:`layouts.item`); used inside ``hier-pq``.
+
+    Members
+    -------
+    i_items : ``In(stream.Signature(item(dist_bits, id_bits, markers)))``
+    o_topk : ``Out(stream.Signature(item(dist_bits, id_bits, markers)))``
+    """
 
     def __init__(self, config, *, markers=False):
         self.config = config
@@ -125,16 +137,7 @@ class _Queue(wiring.Component):
 class SystolicPQ(_Queue):
     """The paper's systolic priority queue: replace-only, one input every two cycles.
 
-    Parameters
-    ----------
-    config : SystolicPQConfig
-    markers : bool
-        Items carry an ``empty`` flag (see :func:`layouts.item`); used inside ``hier-pq``.
-
-    Members
-    -------
-    i_items : ``In(stream.Signature(item(dist_bits, id_bits)))``
-    o_topk : ``Out(stream.Signature(item(dist_bits, id_bits)))``
+    Parameters and members as :class:`_Queue` (``config`` a :class:`SystolicPQConfig`).
 
     Operation
     ---------
@@ -219,16 +222,7 @@ class SystolicPQ(_Queue):
 class InsertPQ(_Queue):
     """Shift-register insertion queue: exact top-k, one input per cycle.
 
-    Parameters
-    ----------
-    config : InsertPQConfig
-    markers : bool
-        Items carry an ``empty`` flag (see :func:`layouts.item`); used inside ``hier-pq``.
-
-    Members
-    -------
-    i_items : ``In(stream.Signature(item(dist_bits, id_bits)))``
-    o_topk : ``Out(stream.Signature(item(dist_bits, id_bits)))``
+    Parameters and members as :class:`_Queue` (``config`` an :class:`InsertPQConfig`).
 
     Operation
     ---------
