@@ -1,0 +1,321 @@
+"""hwgen's I-BERT golden models against the public reference (Hugging Face transformers'
+``models/ibert/quant_modules.py``), on wide random inputs and on the activations of a small,
+randomly initialised and calibrated ``IBertModel``.
+
+The reference keeps integers in float32 tensors. Wherever its float arithmetic is exact the
+outputs must be identical. Every mismatch must belong to a class in which the reference itself
+rounds (the flags below, computed from the exact integer intermediates); the classes and
+their counts are printed and bounded. README "I-BERT: agreement with the reference" explains
+each class.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the reference check needs PyTorch (torch==2.13.0)")
+qm = pytest.importorskip("transformers.models.ibert.quant_modules",
+                         reason="the reference check needs Hugging Face transformers")
+
+from hwgen.ibert import golden as g  # noqa: E402
+
+EXACT = 1 << 24          # float32 holds every integer below this exactly
+LN_TOLERANCE = 1 << 12   # LayerNorm: 2**-18 of the output's 2**30 units per standard deviation
+torch.set_grad_enabled(False)
+
+
+def t32(x):
+    return torch.tensor(np.asarray(x, dtype=np.float32))
+
+
+def ints(out, scale):
+    """The reference's integer result: its float output divided by its output scale."""
+    out = out.numpy().astype(np.float64)
+    scale = np.asarray(scale.numpy() if hasattr(scale, "numpy") else scale, dtype=np.float64)
+    return np.round(out / scale).astype(np.int64)
+
+
+def report(name, got, ref, flags, rel=0.0, abs_tol=0):
+    """Assert that every mismatch is explained by a flag and within ``abs_tol + rel * |ref|``
+    of the reference; return the number of mismatches and the class counts."""
+    mismatch = got != ref
+    explained = np.zeros_like(mismatch)
+    counts = {}
+    for cls, flag in flags.items():
+        flag = np.broadcast_to(flag, mismatch.shape)
+        counts[cls] = int((mismatch & flag).sum())
+        explained |= flag
+    unexplained = mismatch & ~explained
+    print(f"{name}: {mismatch.sum()} of {mismatch.size} differ; by class {counts}")
+    assert not unexplained.any(), (
+        f"{name}: {unexplained.sum()} unexplained mismatches, e.g. golden "
+        f"{got[unexplained][:5]} vs reference {ref[unexplained][:5]}")
+    # Where the reference computed on a different input (its float32 input divided by the
+    # scale is not the integer), no magnitude bound applies; elsewhere rounding is small.
+    other_input = np.zeros_like(mismatch)
+    for cls, flag in flags.items():
+        if "input" in cls or "identity" in cls:
+            other_input |= np.broadcast_to(flag, mismatch.shape)
+    far = (np.abs(got - ref) > abs_tol + rel * np.abs(ref)) & mismatch & ~other_input
+    assert not far.any(), (f"{name}: {far.sum()} deviations beyond the float-rounding bound, "
+                           f"e.g. golden {got[far][:5]} vs reference {ref[far][:5]}")
+    return int(mismatch.sum()), counts
+
+
+# -- the kernels on wide random inputs --------------------------------------------------------
+
+@pytest.mark.parametrize("sin, sout, bits, span", [
+    (0.001, 0.05, 8, 30000), (3e-5, 0.01, 8, 1 << 22), (0.0123, 0.0456, 16, 1 << 20),
+    (2 ** -10, 2 ** -4, 8, 5000), (7e-7, 0.02, 16, 1 << 30)])
+@pytest.mark.parametrize("with_identity", [False, True])
+def test_requant(sin, sout, bits, span, with_identity):
+    rng = np.random.default_rng(bits + span)
+    q = rng.integers(-span, span, size=(16, 96), endpoint=True)
+    q[0, :4] = [span, -span, 0, 1]
+    mod = qm.QuantAct(bits, quant_mode=True).eval()
+    n = 2 ** (bits - 1) - 1
+    mod.x_min.fill_(-sout * n)
+    mod.x_max.fill_(sout * n)
+    x = t32(q) * t32([sin])
+    kwargs = {}
+    ident = ident_scale = None
+    if with_identity:
+        ident, ident_scale = rng.integers(-3000, 3000, size=q.shape), 0.0071
+        kwargs = {"identity": t32(ident) * t32([ident_scale]),
+                  "identity_scaling_factor": t32([ident_scale])}
+    out, scale_out = mod(x, t32([sin]), **kwargs)
+    ref = ints(out, scale_out)
+    got, gscale = g.requant(q, sin, float(scale_out), bits, ident, ident_scale)
+    assert gscale == np.float32(scale_out)
+    # The reference recovers q as round(x / scale) in float32, then multiplies in float64.
+    recovered = torch.round(x / t32([sin])).numpy().astype(np.int64)
+    (m, _), ident_c = g.requant_constants(sin, float(scale_out), ident_scale)
+    flags = {"float32 input above 2**24 not recovered": recovered != q,
+             "float64 product above 2**53": np.abs(q) * m >= 1 << 53}
+    if with_identity:
+        rec_id = torch.round(kwargs["identity"] / t32([ident_scale])).numpy()
+        flags["float32 input above 2**24 not recovered"] |= rec_id.astype(np.int64) != ident
+    count, _ = report(f"requant {sin}->{sout}", got, ref, flags, abs_tol=1)
+    if span < EXACT:
+        assert count == 0
+
+
+def _gelu_flags(q, x, scale):
+    b, c, shift, _ = g.gelu_constants(scale)
+    x_int = (x / t32([scale])).numpy()
+    a = np.minimum(np.abs(q), -b)
+    poly = np.abs((a + b) ** 2 + c)
+    y = np.sign(q) * ((a + b) ** 2 + c) >> g.GELU_CONST
+    return {"float32 input not an integer": x_int != q,
+            "float32 intermediate above 2**24": (poly >= EXACT) | (np.abs(q * (y + shift)) >=
+                                                                    EXACT)}
+
+
+@pytest.mark.parametrize("scale, span", [(0.01, 2000), (0.0371, 3000), (2 ** -6, 4000),
+                                         (0.3, 60), (0.0004, 20000), (0.05, 127)])
+def test_gelu(scale, span):
+    rng = np.random.default_rng(span)
+    q = rng.integers(-span, span, size=(16, 128), endpoint=True)
+    q[0, :3] = [span, -span, 0]
+    x = t32(q) * t32([scale])
+    out, scale_out = qm.IntGELU(quant_mode=True)(x, t32([scale]))
+    got, gscale = g.int_gelu(q, scale)
+    assert gscale == np.float32(scale_out)
+    report(f"gelu scale {scale}", got, ints(out, scale_out), _gelu_flags(q, x, scale),
+           rel=2 ** -16, abs_tol=1)
+
+
+def _softmax_flags(q, scale, act_scale):
+    """Which elements' reference result passed through an inexact float step."""
+    c = g.softmax_constants(scale, act_scale)
+    z, qq = g.exp_parts(q - q.max(axis=-1, keepdims=True), c["x0_int"], c["b_int"], c["c_int"])
+    m, e = c["dyadic"]
+    # 16-bit step: the reference divides the i-exp value by its scale in float32 (relative
+    # error 2**-24) before the dyadic multiply; a value within that of a rounding boundary
+    # may round the other way.
+    value = z * m / 2.0 ** (e - g.EXP_CONST + qq)
+    near_half = np.abs(value - np.floor(value) - 0.5) <= value * 2 ** -22 + 1e-9
+    e16 = g.exp16(z, qq, m, e)
+    total = e16.sum(axis=-1, keepdims=True)
+    factor = (1 << 32) // np.maximum(total, 1)
+    recip = np.floor(np.float32(2 ** 32) * (np.float32(1) / total.astype(np.float32)))
+    return {"float32 polynomial above 2**24": np.abs(z) >= EXACT,
+            "16-bit requant at a rounding boundary": near_half,
+            "float32 reciprocal of the sum": np.broadcast_to(recip != factor, q.shape)
+            | np.broadcast_to(near_half.any(axis=-1, keepdims=True), q.shape),
+            "float32 product above 2**24": e16 * factor >= EXACT}
+
+
+@pytest.mark.parametrize("scale, span, length", [(0.05, 300, 37), (0.01, 2000, 128),
+                                                 (0.2, 60, 1), (0.2, 100, 64),
+                                                 (0.003, 30000, 17)])
+def test_softmax(scale, span, length):
+    rng = np.random.default_rng(length + span)
+    q = rng.integers(-span, span, size=(3, 8, length), endpoint=True)
+    q[0, 0, :] = 5                                           # all equal
+    mod = qm.IntSoftmax(8, quant_mode=True)
+    x = t32(q) * t32([scale])
+    mod.train()(x, t32([scale]))                             # calibrates the 16-bit act
+    out, _ = mod.eval()(x, t32([scale]))
+    act = float(mod.act.act_scaling_factor)
+    assert np.float32(act) == g.calibrate_softmax(q, scale)
+    got, out_scale = g.int_softmax(q, scale, 8, act_scale=act)
+    ref = np.round(out.numpy().astype(np.float64) * 2 ** 8).astype(np.int64)
+    flags = _softmax_flags(q, scale, act)
+    flags["float32 input not an integer"] = np.broadcast_to(
+        ((x / t32([scale])).numpy() != q).any(axis=-1, keepdims=True), q.shape)
+    report(f"softmax scale {scale} M={length}", got, ref, flags, abs_tol=1)
+    assert np.all(got.sum(axis=-1) <= 256) and np.all(got >= 0)
+
+
+def _layernorm_flags(q, weight, bias, shift, x, scale):
+    hidden = q.shape[-1]
+    total = q.sum(axis=-1, keepdims=True)
+    mean = g._round_div(total, hidden)
+    y = q - mean
+    ys = y >> shift
+    var = (ys * ys).sum(axis=-1, keepdims=True)
+    std = g.isqrt(var) << shift
+    factor = np.where(std > 0, (1 << 31) // np.maximum(std, 1), 0)
+    x_int = x / t32([scale])
+    ref_mean = torch.round(x_int.mean(axis=-1, keepdim=True)).numpy().astype(np.int64)
+    ref_var = torch.sum(torch.floor((x_int - torch.tensor(ref_mean, dtype=torch.float32))
+                                    / 2 ** shift) ** 2, axis=-1, keepdim=True).numpy()
+    ref_std = np.floor(np.sqrt(ref_var.astype(np.float32))) * 2.0 ** shift
+    return {"float32 mean rounding": np.broadcast_to(ref_mean != mean, q.shape),
+            "float32 variance above 2**24": np.broadcast_to((var >= EXACT) |
+                                                            (ref_std != std), q.shape),
+            "float32 reciprocal of std": np.broadcast_to(
+                np.floor(np.float32(2 ** 31) * (np.float32(1) / std.astype(np.float32)))
+                != factor, q.shape),
+            "float32 product above 2**24": np.abs(y * factor) >= EXACT,
+            "float32 result above 2**24": np.abs((y * factor >> 1) + g.layernorm_constants(
+                weight, bias, hidden)["bias_int"]) >= EXACT,
+            "zero variance (NaN in the reference)": np.broadcast_to(std == 0, q.shape)}
+
+
+@pytest.mark.parametrize("hidden, shift, span", [(768, 0, 3000), (96, 2, 3000), (37, 0, 100),
+                                                 (768, 6, 40000), (16, 0, 7)])
+def test_layernorm(hidden, shift, span):
+    rng = np.random.default_rng(hidden + shift)
+    q = rng.integers(-span, span, size=(2, 4, hidden), endpoint=True)
+    w = rng.uniform(0.5, 1.5, hidden).astype(np.float32)
+    b = rng.uniform(-0.5, 0.5, hidden).astype(np.float32)
+    mod = qm.IntLayerNorm(hidden, 1e-5, quant_mode=True).eval()
+    mod.weight.data = torch.tensor(w)
+    mod.bias.data = torch.tensor(b)
+    mod.shift.fill_(shift)
+    scale = 0.01
+    x = t32(q) * t32([scale])
+    out, out_scale = mod(x, t32([scale]))
+    got, gscale = g.int_layernorm(q, scale, w, b, shift)
+    assert np.array_equal(gscale, out_scale.numpy())
+    ref = ints(out, out_scale)
+    flags = _layernorm_flags(q, w, b, shift, x, scale)
+    # The normalised output has 2**30 units per standard deviation: the reference's float32
+    # rounding moves it by less than 2**-18 of that.
+    report(f"layernorm H={hidden} shift={shift}", got, ref, flags, abs_tol=LN_TOLERANCE)
+
+
+def test_linear():
+    rng = np.random.default_rng(5)
+    mod = qm.QuantLinear(96, 40, weight_bit=8, bias_bit=32, quant_mode=True)
+    mod.weight.data = torch.tensor(rng.normal(0, 0.05, (40, 96)).astype(np.float32))
+    mod.bias.data = torch.tensor(rng.normal(0, 0.1, 40).astype(np.float32))
+    for span in (127, 1000):
+        q = rng.integers(-span, span, size=(9, 96), endpoint=True)
+        scale = 0.02
+        out, out_scale = mod(t32(q) * t32([scale]), t32([scale]))
+        q_w = mod.weight_integer.numpy().astype(np.int64)
+        q_b = mod.bias_integer.numpy().astype(np.int64)
+        got, gscale = g.linear(q, q_w, q_b, scale_x=scale, scale_w=mod.fc_scaling_factor)
+        assert gscale == np.float32(out_scale)
+        partial = np.abs(q) @ np.abs(q_w).T + np.abs(q_b)
+        report(f"linear span {span}", got, ints(out, out_scale),
+               {"float32 accumulation above 2**24": partial >= EXACT})
+
+
+# -- the kernels inside a small I-BERT model --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def captured():
+    """Inputs and outputs of every quantised module of a calibrated 2-layer I-BERT."""
+    from transformers import IBertConfig, IBertModel
+    torch.manual_seed(0)
+    cfg = IBertConfig(vocab_size=200, hidden_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=192, max_position_embeddings=64, quant_mode=True)
+    model = IBertModel(cfg)
+    ids = torch.randint(5, 200, (3, 38))
+    model.train()
+    for _ in range(3):
+        model(ids)                                       # calibrate activation ranges
+    model.eval()
+    calls = []
+    hooks = [mod.register_forward_hook(lambda mod, args, kw, out: calls.append((mod, args, kw,
+                                                                                out)),
+                                       with_kwargs=True)
+             for mod in model.modules()
+             if isinstance(mod, (qm.QuantAct, qm.IntGELU, qm.IntSoftmax, qm.IntLayerNorm))]
+    model(ids)
+    for h in hooks:
+        h.remove()
+    return calls
+
+
+def _row_wide(flags):
+    return {cls: np.broadcast_to(f.any(axis=-1, keepdims=True), f.shape)
+            for cls, f in flags.items()}
+
+
+def test_model_activations(captured):
+    kinds = {}
+    inner = {id(mod.act) for mod, *_ in captured if isinstance(mod, qm.IntSoftmax)}
+    for mod, args, kw, out in captured:
+        if id(mod) in inner:
+            continue            # IntSoftmax's own 16-bit act: checked as part of the softmax
+        x = args[0]
+        scale = args[1] if len(args) > 1 else kw.get("scaling_factor",
+                                                       kw.get("pre_act_scaling_factor"))
+        if scale is None:
+            continue
+        q = np.round((x / scale).numpy()).astype(np.int64)
+        s = float(scale.reshape(-1)[0]) if scale.numel() == 1 else scale.numpy().reshape(-1)
+        flags = {"float32 input not an integer": (x / scale).numpy() != q}
+        name = type(mod).__name__
+        tol = {"rel": 0.0, "abs_tol": 1}
+        if isinstance(mod, qm.QuantAct):
+            ident = kw.get("identity")
+            if ident is not None:
+                id_scale = kw["identity_scaling_factor"]
+                id_q = np.round((ident / id_scale).numpy()).astype(np.int64)
+                id_s = id_scale.numpy().reshape(-1)
+                got, _ = g.requant(q, s, float(out[1]), mod.activation_bit, id_q,
+                                   id_s if id_s.size > 1 else float(id_s[0]))
+                flags["float32 identity not an integer"] = (ident / id_scale).numpy() != id_q
+                name += " (residual)"
+            else:
+                got, _ = g.requant(q, s, float(out[1]), mod.activation_bit)
+        elif isinstance(mod, qm.IntGELU):
+            got, _ = g.int_gelu(q, s)
+            flags.update(_gelu_flags(q, x, s))
+            tol = {"rel": 2 ** -16, "abs_tol": 1}
+        elif isinstance(mod, qm.IntSoftmax):
+            flags = _row_wide(flags)             # the row's max and sum involve every element
+            act = float(mod.act.act_scaling_factor)
+            got, _ = g.int_softmax(q, s, mod.output_bit, act_scale=act)
+            flags.update(_softmax_flags(q, s, act))
+            ref = np.round(out[0].numpy().astype(np.float64) * 2 ** mod.output_bit)
+            report(f"model {name}", got, ref.astype(np.int64), flags, abs_tol=1)
+            kinds[name] = kinds.get(name, 0) + 1
+            continue
+        elif isinstance(mod, qm.IntLayerNorm):
+            flags = _row_wide(flags)             # the row's mean and variance, likewise
+            w, b = mod.weight.numpy(), mod.bias.numpy()
+            got, _ = g.int_layernorm(q, s, w, b, int(mod.shift))
+            flags.update(_layernorm_flags(q, w, b, int(mod.shift), x, s))
+            tol = {"rel": 0.0, "abs_tol": LN_TOLERANCE}
+        else:
+            continue
+        report(f"model {name}", got, ints(out[0], out[1]), flags, **tol)
+        kinds[name] = kinds.get(name, 0) + 1
+    assert {"QuantAct", "QuantAct (residual)", "IntGELU", "IntSoftmax", "IntLayerNorm"} <= \
+        set(kinds), kinds
