@@ -1,0 +1,785 @@
+"""I-BERT integer softmax (the reference's ``IntSoftmax``) over rows of any length.
+
+Bit-exact with :func:`hwgen.ibert.golden.int_softmax` at the constants of
+:func:`~hwgen.ibert.golden.softmax_constants`: for a row ``q`` of ``M`` integers,
+
+* ``x = max(q - max(q), 30 * x0_int)`` and, with ``d = -x0_int > 0`` and ``a = -x`` in
+  ``0 .. 30 d``, ``qq = floor(x / x0_int) = floor(a / d)`` (0..30) and
+  ``r = x - x0_int * qq = -(a mod d)``;
+* ``z = max(0, (r + b_int) * r + c_int)``, the i-exp polynomial (``exp(x) ~ z * 2**(30 - qq)``);
+* ``e16 = clamp(round_half_even(z * m / 2**(e - 30 + qq)), 0, 32767)`` with ``(m, e)`` the
+  dyadic multiplier of ``1 / act_scale`` (a non-positive shift count saturates any non-zero
+  ``z``);
+* ``sum = sum(e16)``, ``factor = floor(2**32 / max(sum, 1))``;
+* ``y = floor(e16 * factor / 2**(32 - output_bits))``, in ``0 .. 2**output_bits``.
+
+The kernel makes three passes over a row: it needs the row maximum before the first
+exponential and the sum of all exponentials before the first output. Rows are buffered on
+chip; four stages work on four different rows at once:
+
+``ingest``
+    writes the row into one of two *raw* banks (``amaranth.lib.memory``) and reduces its
+    maximum;
+``exp``
+    reads the raw bank at one beat per cycle, computes ``e16`` (a free-running pipeline: the
+    floor division by the constant ``x0_int`` is an exact five-step restoring division by
+    ``d``, two multipliers, a variable right shift with round-half-even), writes it to one
+    of the *exp* banks and sums it. A raw bank is handed back to ``ingest`` as soon as
+    ``exp`` starts reading it: ``exp`` reads one beat per cycle without ever stalling and
+    ``ingest`` writes at most one, a cycle behind, so it never overtakes;
+``divide``
+    ``floor(2**32 / sum)`` with the iterative :class:`~hwgen.lib.divider.Divider`;
+``output``
+    reads the exp bank, multiplies by the factor and streams the row out through a
+    credit-admitted output FIFO; the bank is free again after its last read.
+
+Enough exp banks (:attr:`SoftmaxConfig.exp_banks`) are provided that the exp stage never
+waits for one in steady state: rows of ``L = ceil(M / lanes)`` beats flow at one row every
+``max(L, N + 2)`` cycles, ``N`` the divider's iterations (:meth:`SoftmaxConfig.performance`).
+"""
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from ..lib.divider import Divider, divider_cycles
+from ..lib.pipeline import CreditBuffer, adder_tree, delay
+from . import golden
+from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row
+
+__all__ = ["SoftmaxConfig", "Softmax", "SoftmaxModel", "TEST_CONFIGS"]
+
+E16_MAX = (1 << 15) - 1
+RECIP_BITS = golden.SOFTMAX_MAX_BIT           # factor = floor(2**32 / sum)
+FACTOR_BITS = RECIP_BITS + 1                  # sum = 1 gives 2**32
+RAW_BANKS = 2
+#: Pipeline registers of the output stage: e16 memory read, e16 * factor (two registers).
+OUT_STAGES = 3
+#: Row states of an exp bank.
+FREE, BUSY, SUMMED, READY = range(4)
+
+
+def _bits(v):
+    """Unsigned width of ``v >= 0`` (at least 1)."""
+    return max(int(v).bit_length(), 1)
+
+
+@dataclass(frozen=True)
+class SoftmaxConfig(Config):
+    scale: float = param(0.005, "scale of the input integers (attention scores Q.K^T / "
+                                "sqrt(64) of INT8 Q, K with scales ~0.2: 0.2 * 0.2 / 8)",
+                         lo=1e-9, hi=1e9)
+    act_scale: float = param(0.0, "scale of the 16-bit activation after i-exp (the "
+                                  "reference's calibrated QuantAct); 0: the value a reference "
+                                  "IntSoftmax calibrates, exp(0) -> 32767 "
+                                  "(golden.calibrate_softmax)", lo=0.0)
+    output_bits: int = param(8, "output bits: y = p * 2**output_bits in 0..2**output_bits "
+                                "(output_bits + 1 wide)", lo=1, hi=16)
+    in_bits: int = param(32, "input bits (signed; INT32 attention scores)", lo=2, hi=32)
+    max_len: int = param(128, "longest row (elements); rows may have any length 1..max_len",
+                         lo=1, hi=8192)
+    lanes: int = param(1, "elements per beat", lo=1, hi=64)
+    div_bits_per_cycle: int = param(1, "quotient bits per cycle of the reciprocal divider "
+                                       "(33 quotient bits)", lo=1, hi=FACTOR_BITS)
+
+    def check(self):
+        for name in ("scale", "act_scale"):
+            v = golden.f32(getattr(self, name))
+            if not np.isfinite(v) or (v <= 0 and (name == "scale" or getattr(self, name))):
+                raise ConfigError(name, "must be a positive number representable in float32",
+                                  value=getattr(self, name))
+        if self.lanes > self.max_len:
+            raise ConfigError("lanes", f"must be at most max_len={self.max_len}",
+                              value=self.lanes)
+        if self.t_max >= 1 << 63:
+            raise ConfigError("scale", "is so small (or act_scale so large) that z * m exceeds "
+                              "int64, where golden.exp16 wraps", value=self.scale)
+
+    # -- constants -----------------------------------------------------------------------------
+
+    @property
+    def act(self):
+        """The 16-bit activation scale in use (``act_scale``, or the calibrated value)."""
+        if self.act_scale:
+            return float(golden.f32(self.act_scale))
+        return float(golden.calibrate_softmax(np.zeros((1, 1), dtype=np.int64), self.scale))
+
+    @cached_property
+    def constants(self):
+        """:func:`golden.softmax_constants` at ``scale``, :attr:`act` and ``output_bits``."""
+        return golden.softmax_constants(self.scale, self.act, self.output_bits)
+
+    @property
+    def dyadic(self):
+        return self.constants["dyadic"]
+
+    @property
+    def divisor(self):
+        """``d = -x0_int``: ``qq = floor(a / d)``, ``r = -(a mod d)``."""
+        return -self.constants["x0_int"]
+
+    @property
+    def a_max(self):
+        """Largest ``a = min(max - q, 30 d)`` the input width allows."""
+        return min((1 << self.in_bits) - 1, golden.EXP_CONST * self.divisor)
+
+    @property
+    def qq_max(self):
+        return self.a_max // self.divisor
+
+    @property
+    def u_max(self):
+        """Largest remainder ``u = a mod d``."""
+        return min(self.divisor - 1, self.a_max)
+
+    @property
+    def z_max(self):
+        """Largest ``z = max(0, u*u - b u + c)``: convex in ``u``, so at an end of
+        ``0..u_max``."""
+        b, c = self.constants["b_int"], self.constants["c_int"]
+        u = self.u_max
+        return max(0, c, u * u - b * u + c)
+
+    @property
+    def t_max(self):
+        return self.z_max * self.dyadic[0]
+
+    @property
+    def shift_range(self):
+        """Range of the requantisation shift ``e - 30 + qq``."""
+        s0 = self.dyadic[1] - golden.EXP_CONST
+        return s0, s0 + self.qq_max
+
+    # -- widths and pipeline -------------------------------------------------------------------
+
+    @property
+    def beats_max(self):
+        """Beats of the longest row (buffer depth per bank)."""
+        return beats_per_row(self.max_len, self.lanes)
+
+    @property
+    def count_bits(self):
+        return self.lanes.bit_length()
+
+    @property
+    def sum_bits(self):
+        return _bits(self.max_len * E16_MAX)
+
+    @property
+    def out_bits(self):
+        return self.output_bits + 1
+
+    @property
+    def quotient_steps(self):
+        """Restoring-division steps (quotient bits) of ``qq = floor(a / d)``."""
+        return self.qq_max.bit_length()
+
+    @property
+    def exp_stages(self):
+        """Register stages from the raw-bank read data to ``e16``: ``max - q``, clip,
+        ``floor(a / d)`` (one per quotient bit), ``u (b - u)`` (2), ``z`` (1), ``z m`` (2),
+        shift (1), round and saturate (1)."""
+        return 2 + self.quotient_steps + 2 + 1 + 2 + 1 + 1
+
+    @property
+    def tree_levels(self):
+        """Registered levels of the lane max tree and of the lane adder tree."""
+        return (self.lanes - 1).bit_length()
+
+    @property
+    def divider_cycles(self):
+        """Iterations ``N`` of the reciprocal divider (one division every ``N + 2`` cycles)."""
+        return divider_cycles(FACTOR_BITS, self.div_bits_per_cycle)
+
+    @property
+    def bank_hold(self):
+        """Cycles an exp bank of a row of ``L`` beats is held in steady state, ``2 L + K``:
+        ``K`` is returned (exp pipeline and sum, divider, the load and free cycles)."""
+        return 2 + self.exp_stages + self.tree_levels + (self.divider_cycles + 2) + 1
+
+    @cached_property
+    def exp_banks(self):
+        """Exp banks: the fewest that never make the exp stage wait in steady state at any
+        row length, ``max_L ceil((2 L + K) / max(L, N + 2))`` (:attr:`bank_hold`)."""
+        period = self.divider_cycles + 2
+        need = max(-(-(2 * L + self.bank_hold) // max(L, period))
+                   for L in range(1, min(self.beats_max, period) + 1))
+        return max(2, need)
+
+    def schedule(self, lengths):
+        """Cycle-exact timing of rows of the given lengths (elements) with the input always
+        valid and the output always ready: per row the cycles (counted from the first input
+        handshake) of ``ingest`` start and end, exp-stage load, divider start, output-stage
+        load, and first and last output beat."""
+        t_lat = self.tree_levels
+        n = self.divider_cycles
+        rows = []
+        for i, length in enumerate(lengths):
+            L = beats_per_row(length, self.lanes)
+            prev = rows[i - 1] if i else None
+            a_start = prev["a_end"] + 1 if prev else 0
+            if i >= RAW_BANKS:                          # raw bank freed at the exp load
+                a_start = max(a_start, rows[i - RAW_BANKS]["b_load"] + 1)
+            a_end = a_start + L - 1
+            b_load = a_end + 2 + t_lat                  # row maximum visible
+            if prev:
+                b_load = max(b_load, prev["b_load"] + prev["beats"])
+            if i >= self.exp_banks:                     # exp bank freed after the output
+                old = rows[i - self.exp_banks]
+                b_load = max(b_load, old["d_load"] + old["beats"] + 1)
+            c_start = b_load + L + 2 + self.exp_stages + t_lat
+            if prev:
+                c_start = max(c_start, prev["c_start"] + n + 2)
+            d_load = c_start + n + 2
+            if prev:
+                d_load = max(d_load, prev["d_load"] + prev["beats"])
+            first_out = d_load + 1 + OUT_STAGES + OUTPUT_FIFO_CYCLES
+            rows.append({"beats": L, "a_start": a_start, "a_end": a_end, "b_load": b_load,
+                         "c_start": c_start, "d_load": d_load, "first_out": first_out,
+                         "last_out": first_out + L - 1})
+        return rows
+
+    def performance(self, M=None, rows=None):
+        """Cycle model (no stalls).
+
+        With ``M`` (elements per row): ``cycles_per_row`` in steady state,
+        ``max(ceil(M / lanes), N + 2)`` (the exp and output passes take one beat per cycle,
+        the divider ``N + 2`` cycles per row), ``rows_per_cycle``, ``elements_per_cycle`` and
+        ``latency_cycles``, from a lone row's first input beat to its first output beat
+        (``2 L + N +`` pipeline depths: the row is read twice after it has arrived).
+        With ``rows`` (a list of row lengths sent back to back): ``cycles`` from the first
+        input beat to the last output beat, as ``hwgen sim`` measures them (:meth:`schedule`).
+        """
+        n = self.divider_cycles
+        model = {"divider_period_cycles": n + 2, "exp_banks": self.exp_banks}
+        if M is not None:
+            L = beats_per_row(M, self.lanes)
+            period = max(L, n + 2)
+            model.update({"beats_per_row": L, "cycles_per_row": period,
+                          "rows_per_cycle": 1 / period, "elements_per_cycle": M / period,
+                          "latency_cycles": self.schedule([M])[0]["first_out"]})
+        if rows:
+            model["cycles"] = self.schedule(rows)[-1]["last_out"] + 1
+        return model
+
+    def derived(self):
+        k = self.constants
+        m, e = k["dyadic"]
+        return {"x0_int": k["x0_int"], "b_int": k["b_int"], "c_int": k["c_int"],
+                "act_scale": self.act, "dyadic_m": m, "dyadic_e": e,
+                "shift_range": list(self.shift_range), "qq_max": self.qq_max,
+                "a_bits": _bits(self.a_max), "z_bits": _bits(self.z_max),
+                "t_bits": _bits(self.t_max), "sum_bits": self.sum_bits,
+                "out_bits": self.out_bits, "beats_max": self.beats_max,
+                "raw_banks": RAW_BANKS, "exp_banks": self.exp_banks,
+                "raw_buffer_bits": RAW_BANKS * (1 << (self.beats_max - 1).bit_length())
+                * self.lanes * self.in_bits,
+                "exp_buffer_bits": self.exp_banks * (1 << (self.beats_max - 1).bit_length())
+                * self.lanes * 15,
+                "exp_pipeline_stages": self.exp_stages, "divider_cycles": self.divider_cycles,
+                "out_scale": float(k["out_scale"])}
+
+
+def payload_in(config):
+    """Input beat: ``q`` per lane (``in_bits`` signed), ``count`` (elements in the beat,
+    only with ``lanes > 1``), ``last`` at a row's final beat."""
+    fields = {"q": data.ArrayLayout(signed(config.in_bits), config.lanes)}
+    if config.lanes > 1:
+        fields["count"] = unsigned(config.count_bits)
+    fields["last"] = 1
+    return data.StructLayout(fields)
+
+
+def payload_out(config):
+    """Output beat: ``y`` per lane (``output_bits + 1`` unsigned), ``count``, ``last``."""
+    fields = {"y": data.ArrayLayout(unsigned(config.out_bits), config.lanes)}
+    if config.lanes > 1:
+        fields["count"] = unsigned(config.count_bits)
+    fields["last"] = 1
+    return data.StructLayout(fields)
+
+
+def _max_tree(m, values, shape, name):
+    """Maximum of ``values`` with a registered binary tree; returns ``(signal, levels)``."""
+    level, depth = list(values), 0
+    while len(level) > 1:
+        nxt = []
+        for k in range(0, len(level) - 1, 2):
+            reg = Signal(shape, name=f"{name}_l{depth}_{k // 2}")
+            m.d.sync += reg.eq(Mux(level[k] > level[k + 1], level[k], level[k + 1]))
+            nxt.append(reg)
+        if len(level) % 2:
+            reg = Signal(shape, name=f"{name}_l{depth}_pass")
+            m.d.sync += reg.eq(level[-1])
+            nxt.append(reg)
+        level, depth = nxt, depth + 1
+    return level[0], depth
+
+
+def _lane_mask(count, lanes):
+    """Lanes ``0 .. count-1`` set."""
+    return Cat(*[count > k for k in range(lanes)])
+
+
+class Softmax(wiring.Component):
+    """I-BERT integer softmax of rows of any length up to ``max_len``.
+
+    Parameters
+    ----------
+    config : SoftmaxConfig
+
+    Members
+    -------
+    i_x : ``In(stream.Signature(payload_in(config)))``
+        Rows of ``M`` (1..``max_len``) integers, ``lanes`` per beat: element ``j`` is lane
+        ``j % lanes`` of beat ``j // lanes``; ``last`` (TLAST) marks a row's final beat.
+        With ``lanes > 1``, ``count`` gives the elements in a beat; it is read only on the
+        final beat (other beats are full) and the lanes past it are padding (ignored). No
+        padding to ``max_len``: a row of ``M`` elements is ``ceil(M / lanes)`` beats. Rows
+        longer than ``max_len`` are not supported (their results are unspecified).
+    o_y : ``Out(stream.Signature(payload_out(config)))``
+        The row's softmax ``y = floor(e16 * factor / 2**(32 - output_bits))`` in the same beat
+        layout (``count``: ``lanes`` except on the final beat; ``last``; padding lanes 0).
+        Output scale ``2**-output_bits``.
+
+    Timing
+    ------
+    Rows of ``L = ceil(M / lanes)`` beats are accepted at one beat per cycle and, in steady
+    state, one row every ``max(L, N + 2)`` cycles (``N = ceil(33 / div_bits_per_cycle)``
+    divider iterations); output beats follow one per cycle within a row. A row's first
+    output beat leaves ``2 L + N + exp_stages + 2 ceil(log2 lanes) + 11`` cycles after its
+    first input beat when the kernel is otherwise idle (``config.performance(M)``): the row
+    is read twice after it has arrived, then waits for the divider.
+
+    Backpressure: ``o_y`` may stall at any time; the output stage then pauses (credits of
+    the output FIFO), exp banks fill, and ``i_x.ready`` drops when no raw bank is free.
+    ``i_x.ready`` is a register lookup; no ready depends combinationally on ``o_y.ready``.
+    """
+
+    def __init__(self, config):
+        self.config = config
+        super().__init__({
+            "i_x": In(stream.Signature(payload_in(config))),
+            "o_y": Out(stream.Signature(payload_out(config))),
+        })
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        lanes, in_bits = c.lanes, c.in_bits
+        beats = c.beats_max
+        beat_bits = (beats - 1).bit_length()
+        nexp = c.exp_banks
+        t_lat = c.tree_levels
+        all_lanes = (1 << lanes) - 1
+
+        def wrap(p, n):
+            return Mux(p == n - 1, 0, p + 1)
+
+        # -- buffers: bank index above the beat index --------------------------------------
+        raw = memory.Memory(shape=data.ArrayLayout(signed(in_bits), lanes),
+                            depth=RAW_BANKS << beat_bits, init=[])
+        ebuf = memory.Memory(shape=data.ArrayLayout(unsigned(15), lanes),
+                             depth=nexp << beat_bits, init=[])
+        m.submodules.raw = raw
+        m.submodules.ebuf = ebuf
+        raw_wr, raw_rd = raw.write_port(), raw.read_port()
+        e_wr, e_rd = ebuf.write_port(), ebuf.read_port()
+
+        # Raw banks: busy (holds a complete row, or is being read) / ready (maximum known).
+        r_busy = Array(Signal(name=f"r_busy{b}") for b in range(RAW_BANKS))
+        r_ready = Array(Signal(name=f"r_ready{b}") for b in range(RAW_BANKS))
+        r_max = Array(Signal(signed(in_bits), name=f"r_max{b}") for b in range(RAW_BANKS))
+        r_last = Array(Signal(range(beats), name=f"r_last{b}") for b in range(RAW_BANKS))
+        r_count = Array(Signal(c.count_bits, name=f"r_count{b}") for b in range(RAW_BANKS))
+        # Exp banks: FREE -> BUSY (exp) -> SUMMED -> BUSY (divider) -> READY -> BUSY (out).
+        e_state = Array(Signal(2, name=f"e_state{b}") for b in range(nexp))
+        e_last = Array(Signal(range(beats), name=f"e_last{b}") for b in range(nexp))
+        e_count = Array(Signal(c.count_bits, name=f"e_count{b}") for b in range(nexp))
+        e_sum = Array(Signal(c.sum_bits, name=f"e_sum{b}") for b in range(nexp))
+        e_factor = Array(Signal(FACTOR_BITS, name=f"e_factor{b}") for b in range(nexp))
+
+        # == ingest ===========================================================================
+        a_bank = Signal(range(RAW_BANKS))
+        a_beat = Signal(range(beats))
+        take = Signal()
+        pay = self.i_x.payload
+        count_in = pay.count if lanes > 1 else Const(1, 1)
+        m.d.comb += [self.i_x.ready.eq(~r_busy[a_bank]),
+                     take.eq(self.i_x.valid & self.i_x.ready)]
+        with m.If(take):
+            m.d.sync += a_beat.eq(a_beat + 1)
+            with m.If(pay.last):
+                m.d.sync += [a_beat.eq(0), a_bank.eq(wrap(a_bank, RAW_BANKS)),
+                             r_busy[a_bank].eq(1), r_last[a_bank].eq(a_beat),
+                             r_count[a_bank].eq(count_in)]
+        # Registered beat: written to the bank and reduced to the running maximum.
+        s_valid = Signal()
+        s_q = Signal.like(pay.q)
+        s_mask = Signal(lanes)
+        s_first = Signal()
+        s_last = Signal()
+        s_bank = Signal.like(a_bank)
+        s_beat = Signal.like(a_beat)
+        m.d.sync += [s_valid.eq(take), s_q.eq(pay.q), s_first.eq(a_beat == 0),
+                     s_last.eq(pay.last), s_bank.eq(a_bank), s_beat.eq(a_beat),
+                     s_mask.eq(Mux(pay.last, _lane_mask(count_in, lanes), all_lanes))]
+        m.d.comb += [raw_wr.addr.eq(Cat(s_beat, s_bank)), raw_wr.data.eq(s_q),
+                     raw_wr.en.eq(s_valid)]
+        q_min = -(1 << (in_bits - 1))
+        lane_max, levels = _max_tree(m, [Mux(s_mask[j], s_q[j], q_min) for j in range(lanes)],
+                                     signed(in_bits), "lane_max")
+        assert levels == t_lat
+        mx_valid = delay(m, s_valid, t_lat, name="mx_valid")
+        mx_first = delay(m, s_first, t_lat, name="mx_first")
+        mx_last = delay(m, s_last, t_lat, name="mx_last")
+        mx_bank = delay(m, s_bank, t_lat, name="mx_bank")
+        run_max = Signal(signed(in_bits))
+        new_max = Mux(mx_first | (lane_max > run_max), lane_max, run_max)
+        with m.If(mx_valid):
+            m.d.sync += run_max.eq(new_max)
+            with m.If(mx_last):
+                m.d.sync += [r_max[mx_bank].eq(new_max), r_ready[mx_bank].eq(1)]
+
+        # == exp pass: issue ==================================================================
+        b_next_raw = Signal(range(RAW_BANKS))     # next raw bank to read
+        b_next_e = Signal(range(nexp))            # next exp bank to fill
+        b_active = Signal()
+        b_beat = Signal(range(beats))
+        b_last = Signal(range(beats))
+        b_count = Signal(c.count_bits)
+        b_max = Signal(signed(in_bits))
+        b_raw = Signal.like(b_next_raw)
+        b_e = Signal.like(b_next_e)
+        b_fin = Signal()
+        b_load = Signal()
+        m.d.comb += [
+            b_fin.eq(b_active & (b_beat == b_last)),
+            b_load.eq((~b_active | b_fin) & r_ready[b_next_raw]
+                      & (e_state[b_next_e] == FREE)),
+            raw_rd.addr.eq(Cat(b_beat, b_raw)),
+        ]
+        with m.If(b_active):
+            m.d.sync += b_beat.eq(b_beat + 1)
+            with m.If(b_fin):
+                m.d.sync += b_active.eq(0)
+        with m.If(b_load):
+            m.d.sync += [
+                b_active.eq(1), b_beat.eq(0), b_last.eq(r_last[b_next_raw]),
+                b_count.eq(r_count[b_next_raw]), b_max.eq(r_max[b_next_raw]),
+                b_raw.eq(b_next_raw), b_e.eq(b_next_e),
+                b_next_raw.eq(wrap(b_next_raw, RAW_BANKS)), b_next_e.eq(wrap(b_next_e, nexp)),
+                # The raw bank goes back to ingest now: see the module docstring.
+                r_busy[b_next_raw].eq(0), r_ready[b_next_raw].eq(0),
+                e_state[b_next_e].eq(BUSY), e_last[b_next_e].eq(r_last[b_next_raw]),
+                e_count[b_next_e].eq(r_count[b_next_raw]),
+            ]
+        # Side band aligned with the read data (one cycle after the issue).
+        x_valid = Signal()
+        x_first = Signal()
+        x_last = Signal()
+        x_mask = Signal(lanes)
+        x_max = Signal(signed(in_bits))
+        x_e = Signal.like(b_e)
+        x_beat = Signal.like(b_beat)
+        m.d.sync += [x_valid.eq(b_active), x_first.eq(b_beat == 0), x_last.eq(b_fin),
+                     x_mask.eq(Mux(b_fin, _lane_mask(b_count, lanes), all_lanes)),
+                     x_max.eq(b_max), x_e.eq(b_e), x_beat.eq(b_beat)]
+
+        # == exp pass: datapath per lane =========================================================
+        e16 = [self._exp_lane(m, j, raw_rd.data[j], x_max) for j in range(lanes)]
+        stages = c.exp_stages
+        w_valid = delay(m, x_valid, stages, name="w_valid")
+        w_first = delay(m, x_first, stages, name="w_first")
+        w_last = delay(m, x_last, stages, name="w_last")
+        w_mask = delay(m, x_mask, stages, name="w_mask")
+        w_e = delay(m, x_e, stages, name="w_e")
+        w_beat = delay(m, x_beat, stages, name="w_beat")
+        e16_masked = [Mux(w_mask[j], e16[j], 0) for j in range(lanes)]
+        m.d.comb += [e_wr.addr.eq(Cat(w_beat, w_e)), e_wr.en.eq(w_valid)]
+        for j in range(lanes):
+            m.d.comb += e_wr.data[j].eq(e16_masked[j])
+        beat_sum, levels = adder_tree(m, e16_masked, name="beat_sum", shape=c.sum_bits)
+        assert levels == t_lat
+        sm_valid = delay(m, w_valid, t_lat, name="sm_valid")
+        sm_first = delay(m, w_first, t_lat, name="sm_first")
+        sm_last = delay(m, w_last, t_lat, name="sm_last")
+        sm_e = delay(m, w_e, t_lat, name="sm_e")
+        acc = Signal(c.sum_bits)
+        acc_next = Signal(c.sum_bits)
+        m.d.comb += acc_next.eq(Mux(sm_first, 0, acc) + beat_sum)
+        with m.If(sm_valid):
+            m.d.sync += acc.eq(acc_next)
+            with m.If(sm_last):
+                m.d.sync += [e_sum[sm_e].eq(acc_next), e_state[sm_e].eq(SUMMED)]
+
+        # == divide: factor = floor(2**32 / max(sum, 1)) ======================================
+        m.submodules.divider = div = Divider(FACTOR_BITS, c.sum_bits, c.div_bits_per_cycle)
+        assert div.cycles == c.divider_cycles
+        c_in = Signal(range(nexp))                # next bank to divide
+        c_out = Signal(range(nexp))               # bank in the divider
+        total = e_sum[c_in]
+        m.d.comb += [
+            div.i.valid.eq(e_state[c_in] == SUMMED),
+            div.i.payload.dividend.eq(1 << RECIP_BITS),
+            div.i.payload.divisor.eq(Mux(total == 0, 1, total)),
+            div.o.ready.eq(1),
+        ]
+        with m.If(div.i.valid & div.i.ready):
+            m.d.sync += [e_state[c_in].eq(BUSY), c_in.eq(wrap(c_in, nexp))]
+        with m.If(div.o.valid):
+            m.d.sync += [e_factor[c_out].eq(div.o.payload.quotient), e_state[c_out].eq(READY),
+                         c_out.eq(wrap(c_out, nexp))]
+
+        # == output pass ==========================================================================
+        m.submodules.out = out = CreditBuffer(payload_out(c), latency=OUT_STAGES)
+        wiring.connect(m, wiring.flipped(self.o_y), out.o)
+        d_next = Signal(range(nexp))
+        d_active = Signal()
+        d_beat = Signal(range(beats))
+        d_last = Signal(range(beats))
+        d_count = Signal(c.count_bits)
+        d_factor = Signal(FACTOR_BITS)
+        d_e = Signal(range(nexp))
+        d_issue = Signal()
+        d_fin = Signal()
+        d_load = Signal()
+        m.d.comb += [
+            d_issue.eq(d_active & out.ready),
+            d_fin.eq(d_issue & (d_beat == d_last)),
+            d_load.eq((~d_active | d_fin) & (e_state[d_next] == READY)),
+            out.take.eq(d_issue),
+            e_rd.addr.eq(Cat(d_beat, d_e)),
+        ]
+        with m.If(d_issue):
+            m.d.sync += d_beat.eq(d_beat + 1)
+            with m.If(d_fin):
+                m.d.sync += [d_active.eq(0), e_state[d_e].eq(FREE)]
+        with m.If(d_load):
+            m.d.sync += [d_active.eq(1), d_beat.eq(0), d_last.eq(e_last[d_next]),
+                         d_count.eq(e_count[d_next]), d_factor.eq(e_factor[d_next]),
+                         d_e.eq(d_next), e_state[d_next].eq(BUSY),
+                         d_next.eq(wrap(d_next, nexp))]
+        o_valid = Signal()
+        o_last = Signal()
+        o_count = Signal(c.count_bits)
+        o_factor = Signal(FACTOR_BITS)
+        m.d.sync += [o_valid.eq(d_issue), o_last.eq(d_fin),
+                     o_count.eq(Mux(d_fin, d_count, lanes)), o_factor.eq(d_factor)]
+        shift = RECIP_BITS - c.output_bits
+        for j in range(lanes):
+            prod = Signal(15 + FACTOR_BITS, name=f"prod{j}")
+            prod2 = Signal.like(prod, name=f"prod2_{j}")
+            m.d.sync += [prod.eq(e_rd.data[j] * o_factor), prod2.eq(prod)]
+            m.d.comb += out.i.payload.y[j].eq(prod2[shift:shift + c.out_bits])
+        m.d.comb += [out.i.valid.eq(delay(m, o_valid, 2, name="y_valid")),
+                     out.i.payload.last.eq(delay(m, o_last, 2, name="y_last"))]
+        if lanes > 1:
+            m.d.comb += out.i.payload.count.eq(delay(m, o_count, 2, name="y_count"))
+        return m
+
+    def _exp_lane(self, m, j, q, row_max):
+        """``e16`` of one lane: ``q`` and ``row_max`` valid in the same cycle; the result is
+        a register ``config.exp_stages`` cycles later."""
+        c = self.config
+        k = c.constants
+        d, b_int, c_int = c.divisor, k["b_int"], k["c_int"]
+        mult, e = k["dyadic"]
+        a_bits = _bits(c.a_max)
+
+        def reg(shape, name):
+            return Signal(shape, name=f"{name}{j}")
+
+        # x = max(q - max, 30 x0) as a = min(max - q, 30 d) >= 0.
+        diff = reg(signed(c.in_bits + 1), "diff")
+        m.d.sync += diff.eq(row_max - q)
+        a = reg(a_bits, "a")
+        m.d.sync += a.eq(Mux(diff > c.a_max, c.a_max, diff))
+        # qq = floor(a / d), u = a mod d: restoring division by the constant d (qq < 2**steps).
+        rem, qq = a, Const(0, 1)
+        for step in range(c.quotient_steps - 1, -1, -1):
+            dk = d << step
+            ge = rem >= dk
+            nrem = reg(a_bits, f"rem{step}_")
+            nqq = reg(c.quotient_steps, f"qq{step}_")
+            m.d.sync += [nrem.eq(Mux(ge, rem - dk, rem)), nqq.eq(Cat(ge, qq))]
+            rem, qq = nrem, nqq
+        u = rem[:_bits(c.u_max)]
+        # z = max(0, (r + b) r + c) with r = -u: z = c - u (b - u).
+        prod = reg(signed(_bits(c.u_max) + _bits(abs(b_int) + c.u_max) + 2), "poly")
+        prod2 = reg(prod.shape(), "poly2_")
+        m.d.sync += [prod.eq(u * (b_int - u)), prod2.eq(prod)]
+        z = reg(_bits(c.z_max), "z")
+        zfull = c_int - prod2
+        m.d.sync += z.eq(Mux(zfull < 0, 0, zfull))
+        qq_z = delay(m, qq, 3, name=f"qq_z{j}")
+        # t = z m; e16 = round_half_even(t / 2**(e - 30 + qq)).
+        t_bits = _bits(c.t_max)
+        t = reg(t_bits, "t")
+        t2 = reg(t_bits, "t2_")
+        m.d.sync += [t.eq(z * mult), t2.eq(t)]
+        qq_t = delay(m, qq_z, 2, name=f"qq_t{j}")
+        # Shift right by s - 1 = c0 + v (c0 constant >= 0); keep the bit below the result
+        # (rounding) and whether anything lower was non-zero (sticky). v < 0: s <= 0.
+        s0 = e - golden.EXP_CONST
+        c0, bias = max(s0 - 1, 0), min(s0 - 1, 0)
+        y_bits = max(t_bits - c0, 0)
+        sticky = t2[:min(c0, t_bits)].any() if c0 else Const(0, 1)
+        v = Signal(signed(max(c.quotient_steps, 1) + _bits(-bias) + 2), name=f"v{j}")
+        m.d.comb += v.eq(qq_t + bias)
+        y = t2[c0:] if y_bits else Const(0, 1)
+        for level in range(max(c.qq_max + bias, 0).bit_length()):
+            amount = 1 << level
+            sticky = Mux(v[level], sticky | y[:amount].any(), sticky)
+            y = Mux(v[level], y >> amount, y)
+        y_reg = reg(max(y_bits, 1), "y")
+        sticky_reg = reg(1, "sticky")
+        big = reg(1, "big")
+        zpos = reg(1, "zpos")
+        m.d.sync += [y_reg.eq(y), sticky_reg.eq(sticky), big.eq(v < 0), zpos.eq(t2 != 0)]
+        hi = y_reg >> 1
+        up = y_reg[0] & (sticky_reg | hi[0] if y_bits > 1 else sticky_reg)
+        out = reg(15, "e16_")
+        m.d.sync += out.eq(Mux(big, Mux(zpos, E16_MAX, 0),
+                               Mux(hi >= E16_MAX, E16_MAX, hi + up)))
+        return out
+
+
+# == stimulus and golden model ==================================================================
+
+_KINDS = ("realistic", "random", "equal", "spread", "narrow", "extremes", "peaked", "ramp")
+
+
+def softmax_row(rng, kind, length, config):
+    """One row of ``length`` inputs of a kind: ``realistic`` (a row of ``Q K^T`` of INT8
+    ``Q``, ``K`` with 64-wide heads, real logits of a few units at ``scale``), ``random``
+    (uniform over a random sub-range of the input range), ``equal`` (all the same value),
+    ``spread`` (a few values near the maximum, the rest beyond the ``30 x0`` clip), ``narrow``
+    (within a few ``x0`` of each other: every remainder of the polynomial), ``extremes``
+    (input minimum and maximum), ``peaked`` (one maximum, the rest far below) and ``ramp``
+    (steps of ``x0 / 3``, so every ``qq`` appears)."""
+    lo, hi = -(1 << (config.in_bits - 1)), (1 << (config.in_bits - 1)) - 1
+    d = config.divisor
+    if kind == "realistic":
+        sigma = math.sqrt(max(2.5 / (float(golden.f32(config.scale)) * 8.0), 1e-3))
+        qv = np.clip(np.round(rng.normal(0, sigma, size=64)), -128, 127)
+        kv = np.clip(np.round(rng.normal(0, sigma, size=(length, 64))), -128, 127)
+        row = (kv @ qv).astype(np.int64)
+    elif kind == "random":
+        width = int(rng.integers(1, config.in_bits, endpoint=True))
+        centre = int(rng.integers(lo, hi, endpoint=True))
+        row = centre + rng.integers(-(1 << (width - 1)), (1 << (width - 1)), size=length)
+    elif kind == "equal":
+        row = np.full(length, rng.integers(lo, hi, endpoint=True), dtype=np.int64)
+    elif kind == "spread":
+        top = int(rng.integers(lo, hi, endpoint=True))
+        row = top - rng.integers(31 * d, 64 * d + (1 << min(config.in_bits, 40)), size=length)
+        near = rng.random(length) < 0.2
+        row[near] = top - rng.integers(0, 3 * d, size=int(near.sum()), endpoint=True)
+        row[int(rng.integers(length))] = top
+    elif kind == "narrow":
+        base = int(rng.integers(lo, hi, endpoint=True))
+        row = base + rng.integers(-2 * d, 2 * d, size=length, endpoint=True)
+    elif kind == "extremes":
+        row = rng.choice([lo, hi, lo + 1, hi - 1], size=length)
+    elif kind == "peaked":
+        row = rng.integers(lo, lo + 4 * d, size=length, endpoint=True)
+        row[int(rng.integers(length))] = hi
+    else:                                                          # ramp
+        start = int(rng.integers(lo, hi, endpoint=True))
+        row = start - (np.arange(length) * max(d // 3, 1))[rng.permutation(length)]
+    return np.clip(row, lo, hi).astype(np.int64)
+
+
+class SoftmaxModel:
+    """Stream-level golden model and stimulus of :class:`Softmax`. An item is a row."""
+
+    result_port = "o_y"
+    latency_from = "i_x"
+
+    @staticmethod
+    def stimulus(config, items, rng, length=0):
+        """``items`` rows. Lengths: with ``length`` all rows have that many elements;
+        otherwise the first rows have 1, ``max_len``, an odd length and 2 elements and the
+        rest random lengths in ``1 .. max_len`` (a quarter of them short, up to 8). Contents:
+        every kind of :func:`softmax_row` in turn first, then at random (realistic attention
+        scores most often). Padding lanes get random values (ignored by the kernel)."""
+        c = config
+        if length:
+            lengths = [length] * items
+        else:
+            fixed = [1, c.max_len, c.max_len - 1 | 1, min(2, c.max_len)]
+            short = rng.integers(1, min(8, c.max_len), size=items, endpoint=True)
+            longer = rng.integers(1, c.max_len, size=items, endpoint=True)
+            lengths = fixed + [int(s if rng.random() < 0.25 else g)
+                               for s, g in zip(short, longer)]
+            lengths = lengths[:items]
+        kinds = list(_KINDS) + list(rng.choice(
+            _KINDS, size=max(0, items - len(_KINDS)),
+            p=(0.4, 0.12, 0.08, 0.1, 0.1, 0.06, 0.07, 0.07)))
+        rows = [softmax_row(rng, kinds[i], n, c) for i, n in enumerate(lengths)]
+        pad = sum(beats_per_row(n, c.lanes) * c.lanes - n for n in lengths)
+        lo, hi = -(1 << (c.in_bits - 1)), (1 << (c.in_bits - 1)) - 1
+        return {"rows": rows, "pad": rng.integers(lo, hi, size=pad, endpoint=True)}
+
+    @staticmethod
+    def _beats(config, rows, field, pad=None):
+        lanes = config.lanes
+        beats, used = [], 0
+        for row in rows:
+            n = len(row)
+            nb = beats_per_row(n, lanes)
+            for b in range(nb):
+                values = [int(v) for v in row[b * lanes:(b + 1) * lanes]]
+                missing = lanes - len(values)
+                if pad is not None:
+                    values += [int(v) for v in pad[used:used + missing]]
+                    used += missing
+                else:
+                    values += [0] * missing
+                beat = {field: values, "last": int(b == nb - 1)}
+                if lanes > 1:
+                    beat["count"] = len(row[b * lanes:(b + 1) * lanes])
+                beats.append(beat)
+        return beats
+
+    @classmethod
+    def inputs(cls, config, stim):
+        return {"i_x": cls._beats(config, stim["rows"], "q", stim["pad"])}
+
+    @classmethod
+    def expect(cls, config, stim):
+        c = config
+        ys = [golden.int_softmax(row[None, :], c.scale, c.output_bits, act_scale=c.act)[0][0]
+              for row in stim["rows"]]
+        return {"o_y": cls._beats(config, ys, "y")}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        return config.performance(rows=[len(r) for r in stim["rows"]])["cycles"]
+
+
+#: Simulated by ``tests/test_sim.py`` (200 rows each): the default at max_len = 128 (INT32
+#: scores, one lane); 3 lanes of 12-bit inputs with odd max_len 37, a coarse scale (x0 = -14:
+#: the clip is reached) and an act_scale above the calibrated one (e16 below 32767, rounding
+#: everywhere); rows of one element only; 4 lanes of 20-bit inputs, 16-bit outputs, 3 divider
+#: bits per cycle; an act_scale so small that most elements saturate at 32767 (non-positive
+#: shifts); 8 lanes with max_len 8 (a row is one beat); 10-bit inputs at a fine scale, where
+#: qq is 0 or 1 (one division step).
+TEST_CONFIGS = (
+    {"max_len": 128},
+    {"max_len": 37, "lanes": 3, "in_bits": 12, "scale": 0.05, "act_scale": 5e7},
+    {"max_len": 1, "in_bits": 8, "scale": 0.2, "output_bits": 4},
+    {"max_len": 50, "lanes": 4, "in_bits": 20, "scale": 0.0037, "output_bits": 16,
+     "div_bits_per_cycle": 3},
+    {"max_len": 20, "in_bits": 16, "scale": 0.01, "act_scale": 0.001},
+    {"max_len": 8, "lanes": 8, "in_bits": 9, "scale": 0.3, "output_bits": 7},
+    {"max_len": 24, "lanes": 2, "in_bits": 10, "scale": 0.001},
+)
