@@ -1,0 +1,318 @@
+"""I-BERT integer GELU (i-GELU; the reference's ``IntGELU``).
+
+``y = q * (floor(sign(q) * ((min(|q|, -b) + b)**2 + c) / 2**14) + shift)`` with
+``(b, c, shift)`` from :func:`hwgen.ibert.golden.gelu_constants` at the input scale, exactly as
+:func:`~hwgen.ibert.golden.int_gelu`; the output scale (negative, as in the reference) is
+``gelu_constants(scale)[3]``.
+
+Rewritten for hardware without changing a bit of the result:
+
+* ``min(|q|, -b) + b == min(|q| + b, 0)``: one adder on ``q`` (``q + b`` or ``b - q`` by the
+  sign) and a select on its sign bit give ``d``, ``-b >= -d >= 0``;
+* ``floor(X / 2**14) + shift == floor((X + shift * 2**14) / 2**14)``, so the sign, the
+  polynomial's ``c`` and ``shift`` fold into one adder: ``w = d*d + K1`` for ``q > 0``,
+  ``w = K2 - d*d`` for ``q < 0`` with ``K1 = c + shift * 2**14``, ``K2 = -c + shift * 2**14``
+  (for ``q == 0`` the product below is 0 whatever ``w`` is), and the floor division is the
+  arithmetic shift ``w >> 14`` (wiring);
+* ``y = q * (w >> 14)``.
+
+Two multipliers per element: ``d*d`` (``bits(b)`` squared) and ``q * (w >> 14)``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from ..lib.pipeline import delay
+from . import golden
+from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
+    to_beats
+
+__all__ = ["GeluConfig", "Gelu", "GeluModel", "TEST_CONFIGS"]
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+SHIFT = golden.GELU_CONST
+
+
+def _interval_product(a, b):
+    """Range of ``x * y`` for ``x`` in ``a = (lo, hi)`` and ``y`` in ``b``."""
+    corners = [x * y for x in a for y in b]
+    return min(corners), max(corners)
+
+
+@dataclass(frozen=True)
+class GeluConfig(Config):
+    scale: float = param(2e-4, "scale of the input integers (after a linear layer: input "
+                               "scale x weight scale)")
+    in_bits: int = param(32, "input bits (signed)", lo=2, hi=32)
+    lanes: int = param(16, "elements per beat (one result per lane per cycle)", lo=1, hi=64)
+    row: int = param(3072, "elements per row: TLAST after each row; a row is ceil(row/lanes) "
+                           "beats, the last one padded", lo=1, hi=1 << 16)
+
+    def check(self):
+        with np.errstate(over="ignore"):
+            s = golden.f32(self.scale)
+        if not (np.isfinite(s) and s > 0):
+            raise ConfigError("scale", "must be a positive number representable in float32",
+                              value=self.scale)
+        b, c, _, _ = self.constants
+        # golden.int_gelu computes (a + b)**2 + c and the product in int64.
+        if b * b > INT64[1] or c < INT64[0] or \
+                max(-self.out_range[0], self.out_range[1]) > INT64[1]:
+            raise ConfigError("scale", f"is so small that i-GELU of {self.in_bits}-bit inputs "
+                              "exceeds int64, where golden.int_gelu wraps", value=self.scale)
+
+    # -- constants and widths ------------------------------------------------------------------
+
+    @property
+    def constants(self):
+        """``(b_int, c_int, shift_int, out_scale)`` from :func:`golden.gelu_constants`."""
+        return golden.gelu_constants(self.scale)
+
+    @property
+    def folded(self):
+        """``(b, K1, K2)``: ``K1 = c + shift * 2**14`` (q > 0), ``K2 = -c + shift * 2**14``."""
+        b, c, shift, _ = self.constants
+        return b, c + (shift << SHIFT), -c + (shift << SHIFT)
+
+    @property
+    def q_range(self):
+        return -(1 << (self.in_bits - 1)), (1 << (self.in_bits - 1)) - 1
+
+    @property
+    def z_ranges(self):
+        """Ranges of ``w >> 14`` for positive and for negative inputs (``d*d`` in ``0..b*b``)."""
+        b, k1, k2 = self.folded
+        return ((k1 >> SHIFT, (k1 + b * b) >> SHIFT), ((k2 - b * b) >> SHIFT, k2 >> SHIFT))
+
+    @property
+    def out_range(self):
+        """Range of ``y``, per input sign: where ``|q| >= -b`` the clip makes ``z`` constant
+        (``K1 >> 14`` or ``K2 >> 14``: these extremes are attained), below it an interval
+        product with the whole range of ``z``; and 0."""
+        qlo, qhi = self.q_range
+        b, k1, k2 = self.folded
+        pos, neg = self.z_ranges
+        parts = [(0, 0)]
+        if min(qhi, -b - 1) >= 1:
+            parts.append(_interval_product((1, min(qhi, -b - 1)), pos))
+        if qhi >= -b:
+            parts.append(_interval_product((-b, qhi), (k1 >> SHIFT,) * 2))
+        parts.append(_interval_product((max(qlo, b + 1), -1), neg))
+        if qlo <= b:
+            parts.append(_interval_product((qlo, b), (k2 >> SHIFT,) * 2))
+        return min(p[0] for p in parts), max(p[1] for p in parts)
+
+    @property
+    def out_bits(self):
+        """Output width: signed, the smallest that holds every result."""
+        lo, hi = self.out_range
+        return max(signed_bits(lo), signed_bits(hi))
+
+    @property
+    def beats_per_row(self):
+        return beats_per_row(self.row, self.lanes)
+
+    @property
+    def latency(self):
+        """Cycles from an input handshake to its result entering the output FIFO: input
+        register, ``d`` (adder, select), ``d*d`` (2), ``w`` (adder), ``q * z`` (2), output."""
+        return 1 + 7 + 1
+
+    def performance(self, rows=None):
+        """Cycle model without stalls: one beat per cycle, back to back across rows.
+
+        ``latency_cycles`` runs from an input beat's handshake to its result's handshake;
+        with ``rows``, ``cycles`` from the first input beat to the last result, as ``hwgen sim``
+        measures them.
+        """
+        model = {"initiation_interval": 1, "beats_per_row": self.beats_per_row,
+                 "elements_per_cycle": self.row / self.beats_per_row,
+                 "latency_cycles": self.latency + OUTPUT_FIFO_CYCLES}
+        if rows:
+            model["cycles"] = rows * self.beats_per_row + model["latency_cycles"]
+        return model
+
+    def derived(self):
+        b, c, shift, out_scale = self.constants
+        _, k1, k2 = self.folded
+        return {"b_int": b, "c_int": c, "shift_int": shift, "out_scale": float(out_scale),
+                "k_pos": k1, "k_neg": k2, "out_bits": self.out_bits,
+                "out_range": list(self.out_range),
+                "square_bits": (-b).bit_length(),
+                "z_bits": max(signed_bits(v) for r in self.z_ranges for v in r),
+                "beats_per_row": self.beats_per_row,
+                "lanes_in_last_beat": lanes_in_last_beat(self.row, self.lanes),
+                "pipeline_latency": self.latency, "output_fifo_depth": self.latency + 3}
+
+
+def signed_bits(v):
+    """Bits of the smallest signed integer holding ``v``."""
+    return (v.bit_length() if v >= 0 else (-v - 1).bit_length()) + 1
+
+
+def payload_in(config):
+    """Input beat: ``q`` per lane (``in_bits`` signed), ``last`` at the end of a row."""
+    return data.StructLayout({"q": data.ArrayLayout(signed(config.in_bits), config.lanes),
+                              "last": 1})
+
+
+def payload_out(config):
+    """Output beat: ``y`` per lane (``out_bits`` signed), ``last`` at the end of a row."""
+    return data.StructLayout({"y": data.ArrayLayout(signed(config.out_bits), config.lanes),
+                              "last": 1})
+
+
+class Gelu(wiring.Component):
+    """i-GELU of a stream of integer rows, ``lanes`` elements per cycle.
+
+    Parameters
+    ----------
+    config : GeluConfig
+
+    Members
+    -------
+    i_x : ``In(stream.Signature(payload_in(config)))``
+        ``q[lanes]`` (``in_bits`` signed); ``last`` (TLAST) on a row's final beat. A row is
+        ``ceil(row / lanes)`` beats; lanes past the row's end in its final beat are padding
+        and ignored.
+    o_y : ``Out(stream.Signature(payload_out(config)))``
+        ``y[lanes]`` (``config.out_bits`` signed: every result fits), ``last`` copied from the
+        input beat; padding lanes are 0. Output scale ``config.constants[3]``.
+
+    Timing
+    ------
+    Initiation interval one beat per cycle, rows back to back. Latency from an ``i_x``
+    handshake to the ``o_y`` beat: 11 cycles (input register, ``d``, ``d*d`` in two registers,
+    ``w``, ``q * z`` in two registers, output register, output FIFO 2).
+
+    Backpressure: ``o_y`` may stall at any time; the pipeline never stalls, ``i_x.ready``
+    drops while the output FIFO could not hold everything in flight (a registered compare, no
+    combinational path from ``o_y.ready``).
+    """
+
+    def __init__(self, config):
+        self.config = config
+        super().__init__({
+            "i_x": In(stream.Signature(payload_in(config))),
+            "o_y": Out(stream.Signature(payload_out(config))),
+        })
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        b, k1, k2 = c.folded
+        qlo, _ = c.q_range
+        pos, neg = c.z_ranges
+        w_lo = min(k1, k2 - b * b)
+        w_hi = max(k1 + b * b, k2)
+        out_lo, out_hi = c.out_range
+
+        def lane(m, k, p):
+            q = p.q[k]
+            u = Signal(range(b, b - qlo + 1), name=f"u{k}")        # |q| + b
+            d = Signal(range(b, 1), name=f"d{k}")                  # min(|q| + b, 0)
+            sq = Signal(range(b * b + 1), name=f"sq{k}")
+            sq2 = Signal.like(sq, name=f"sq2_{k}")
+            w = Signal(range(w_lo, w_hi + 1), name=f"w{k}")
+            prod = Signal(range(out_lo, out_hi + 1), name=f"y{k}")
+            prod2 = Signal.like(prod, name=f"y2_{k}")
+            negative = q[-1]
+            m.d.sync += [
+                u.eq(Mux(negative, b - q, q + b)),
+                d.eq(Mux(u[-1], u, 0)),
+                sq.eq(d * d),
+                sq2.eq(sq),
+            ]
+            neg_w = delay(m, negative, 4, name=f"neg{k}")
+            m.d.sync += w.eq(Mux(neg_w, k2 - sq2, sq2 + k1))
+            q_w = delay(m, q, 5, name=f"q{k}")
+            m.d.sync += [prod.eq(q_w * (w >> SHIFT)), prod2.eq(prod)]
+            return prod2, 7
+
+        latency = elementwise(m, self.i_x, self.o_y, "y", lane, row=c.row, lanes=c.lanes)
+        assert latency == c.latency
+        return m
+
+
+_KINDS = ("realistic", "max", "min", "clip_edges", "zero", "alternate", "equal", "small",
+          "wide", "polynomial")
+_WEIGHTS = (0.35, 0.03, 0.03, 0.12, 0.02, 0.03, 0.04, 0.08, 0.12, 0.18)
+
+
+def gelu_values(rng, kind, shape, config):
+    """Inputs for a row of the given kind: ``realistic`` (real values ~ N(0, 1.5) at the
+    input scale), ``polynomial`` (uniform over the polynomial's domain ``|q| <= -b`` and a
+    little beyond), ``clip_edges`` (``+-(-b) + {-2..2}``), ``small`` (``-3..3``), ``wide``
+    (whole input range) and the extremes."""
+    qlo, qhi = config.q_range
+    b = config.folded[0]
+    if kind == "realistic":
+        x = rng.normal(0.0, 1.5, size=shape) / float(golden.f32(config.scale))
+        return np.clip(np.round(x), qlo, qhi).astype(np.int64)
+    if kind == "polynomial":
+        return np.clip(rng.integers(b - 4, -b + 4, size=shape, endpoint=True), qlo, qhi)
+    if kind == "clip_edges":
+        q = rng.choice([-1, 1], size=shape) * (-b) + rng.integers(-2, 2, size=shape,
+                                                                 endpoint=True)
+        return np.clip(q, qlo, qhi)
+    if kind == "small":
+        return rng.integers(-3, 3, size=shape, endpoint=True).clip(qlo, qhi)
+    if kind == "max":
+        return np.full(shape, qhi, dtype=np.int64)
+    if kind == "min":
+        return np.full(shape, qlo, dtype=np.int64)
+    if kind == "zero":
+        return np.zeros(shape, dtype=np.int64)
+    if kind == "equal":
+        return np.full(shape, rng.integers(qlo, qhi, endpoint=True), dtype=np.int64)
+    if kind == "alternate":
+        return np.where(np.arange(shape[-1]) % 2 == 0, qlo, qhi) * np.ones(shape, np.int64)
+    return rng.integers(qlo, qhi, size=shape, endpoint=True)
+
+
+class GeluModel:
+    """Stream-level golden model and stimulus of :class:`Gelu`. An item is a row."""
+
+    result_port = "o_y"
+    latency_from = "i_x"
+
+    @staticmethod
+    def stimulus(config, items, rng):
+        """``items`` rows of ``row`` elements, every kind of :func:`gelu_values` once first,
+        then at random; padding lanes get random values (ignored by the kernel)."""
+        c = config
+        kinds = list(_KINDS[:items]) + [_KINDS[k] for k in rng.choice(
+            len(_KINDS), size=max(0, items - len(_KINDS)), p=_WEIGHTS)]
+        q = np.concatenate([gelu_values(rng, k, (1, c.row), c) for k in kinds])
+        pad = (c.beats_per_row * c.lanes - c.row) * items
+        qlo, qhi = c.q_range
+        return {"q": q, "pad": {"q": rng.integers(qlo, qhi, size=pad, endpoint=True)}}
+
+    @staticmethod
+    def inputs(config, stim):
+        return {"i_x": to_beats({"q": stim["q"]}, config.lanes, pad=stim["pad"])}
+
+    @staticmethod
+    def expect(config, stim):
+        y, _ = golden.int_gelu(stim["q"], config.scale)
+        return {"o_y": to_beats({"y": y}, config.lanes)}
+
+
+#: Simulated by ``tests/test_sim.py``: 8-bit inputs at a coarse scale (b = -51: the clip is
+#: reached), 1 lane with a row of 5; 3 lanes with padded rows of 12-bit inputs at a fine scale
+#: (b = -25018: the clip lies beyond the input range); a scale so coarse that b = -1; 7 lanes
+#: of 32-bit inputs;
+#: and the BERT-base size (intermediate row 3072, 16 lanes, INT32 in).
+TEST_CONFIGS = (
+    {"scale": 0.05, "in_bits": 8, "lanes": 1, "row": 5},
+    {"scale": 1e-4, "in_bits": 12, "lanes": 3, "row": 11},
+    {"scale": 10.0, "in_bits": 12, "lanes": 2, "row": 9},
+    {"scale": 3.7e-5, "in_bits": 32, "lanes": 7, "row": 40},
+    {},
+)

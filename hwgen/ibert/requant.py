@@ -1,0 +1,388 @@
+"""I-BERT requantisation (the reference's ``QuantAct`` after a layer: ``FixedPointMul``).
+
+Integers ``q`` at scale ``scale_in`` become integers at scale ``scale_out`` with ``bits`` bits:
+``clamp(round(q * m / 2**e) [+ round(id * m1 / 2**e1)], -2**(bits-1), 2**(bits-1) - 1)``,
+``round`` half to even, ``(m, e)`` the dyadic approximation of ``scale_in / scale_out`` and
+``(m1, e1)`` that of ``identity_scale / scale_out`` for the optional residual input, exactly as
+:func:`hwgen.ibert.golden.requant` (constants from :func:`~hwgen.ibert.golden.requant_constants`).
+
+The multipliers are constants of the configuration. Trailing zero bits of ``m`` are folded into
+the shift (``q * m / 2**e == q * (m >> t) / 2**(e - t)``), so a power-of-two ratio needs no
+multiplier at all; a shift that ends at or below zero is a left shift, as in the golden model.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from . import golden
+from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
+    to_beats
+
+__all__ = ["RequantConfig", "Requant", "RequantModel", "TEST_CONFIGS",
+           "round_shift_int", "dyadic_branch", "round_half_even", "clamp"]
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def round_shift_int(x, e):
+    """``round_half_even(x / 2**e)`` on Python integers (any size; ``e <= 0``: left shift)."""
+    if e <= 0:
+        return x << -e
+    quo, rem = x >> e, x & ((1 << e) - 1)
+    half = 1 << (e - 1)
+    return quo + int(rem > half or (rem == half and quo & 1 == 1))
+
+
+def dyadic_branch(m, e, in_bits):
+    """Hardware form and exact result range of ``round(q * m / 2**e)`` for ``in_bits``-bit
+    signed ``q``: ``{"mult", "shift", "lo", "hi"}`` with ``mult = m >> t``, ``shift = e - t``
+    (``t`` trailing zeros of ``m``). The rounded value is monotonic in ``q``, so its range is
+    that of the two extreme inputs."""
+    t = (m & -m).bit_length() - 1
+    qlo, qhi = -(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1
+    return {"m": m, "e": e, "mult": m >> t, "shift": e - t,
+            "lo": round_shift_int(qlo * m, e), "hi": round_shift_int(qhi * m, e)}
+
+
+def round_half_even(x, shift):
+    """Amaranth value ``round_half_even(x / 2**shift)`` of a signed value ``x`` and a constant
+    ``shift``; ``x << -shift`` when ``shift <= 0``."""
+    if shift <= 0:
+        return x << -shift
+    width = max(len(x), shift + 1)
+    ext = Cat(x, x[-1].replicate(width - len(x))).as_signed() if width > len(x) else x
+    floor = ext[shift:].as_signed()
+    half = ext[shift - 1]
+    sticky = ext[:shift - 1].any() if shift >= 2 else Const(0)
+    return floor + (half & (sticky | floor[0]))
+
+
+def clamp(value, value_lo, value_hi, lo, hi):
+    """``value`` (known to lie in ``value_lo..value_hi``) saturated to ``lo..hi``; comparisons
+    that can never fire are left out."""
+    out = value
+    if value_hi > hi:
+        out = Mux(value > hi, hi, out)
+    if value_lo < lo:
+        out = Mux(value < lo, lo, out)
+    return out
+
+
+def _finite_positive(name, value):
+    with np.errstate(over="ignore"):
+        v = golden.f32(value)
+    if not (np.isfinite(v) and v > 0):
+        raise ConfigError(name, "must be a positive number representable in float32",
+                          value=value)
+
+
+@dataclass(frozen=True)
+class RequantConfig(Config):
+    scale_in: float = param(1.9e-4, "scale of the input integers (after a linear layer: input "
+                                    "scale x weight scale)")
+    scale_out: float = param(0.08, "scale of the output integers (the activation's scale)")
+    bits: int = param(8, "output bits (signed; results saturate)", lo=2, hi=32)
+    in_bits: int = param(32, "input bits (signed)", lo=2, hi=32)
+    identity: bool = param(False, "add a residual (identity) input with its own scale")
+    identity_scale: float = param(0.08, "scale of the identity integers (with identity)")
+    identity_bits: int = param(8, "identity input bits (signed; with identity)", lo=2, hi=32)
+    lanes: int = param(16, "elements per beat (one result per lane per cycle)", lo=1, hi=64)
+    row: int = param(768, "elements per row: TLAST after each row; a row is ceil(row/lanes) "
+                          "beats, the last one padded", lo=1, hi=1 << 16)
+
+    def check(self):
+        _finite_positive("scale_in", self.scale_in)
+        _finite_positive("scale_out", self.scale_out)
+        if self.identity:
+            _finite_positive("identity_scale", self.identity_scale)
+        # The datapath shifts by at most 63 bits and keeps results (left-shifted ones
+        # included) within 64 bits; ratios outside that are configuration errors.
+        branches = [("scale_in", self.scale_in, self.main)]
+        if self.identity:
+            branches.append(("identity_scale", self.identity_scale, self.ident))
+        for name, value, b in branches:
+            if b["e"] > 63:
+                raise ConfigError(name, f"gives a ratio to scale_out={self.scale_out} below "
+                                  f"2**-32 (shift e={b['e']} > 63), beyond the datapath's 63-bit "
+                                  "shifter", value=value)
+            if b["lo"] < INT64[0] or b["hi"] > INT64[1]:
+                raise ConfigError(name, f"gives a ratio to scale_out={self.scale_out} so large "
+                                  f"that results reach {max(-b['lo'], b['hi'])} in magnitude: "
+                                  "beyond the datapath's 64 bits", value=value)
+        lo, hi = self.sum_range
+        if lo < INT64[0] or hi > INT64[1]:
+            raise ConfigError("identity_scale", "makes the sum of both branches overflow int64 "
+                              "(beyond the datapath's 64 bits)", value=self.identity_scale)
+
+    # -- constants and widths ------------------------------------------------------------------
+
+    @property
+    def constants(self):
+        """``((m, e), (m1, e1) or None)`` from :func:`golden.requant_constants`."""
+        return golden.requant_constants(self.scale_in, self.scale_out,
+                                        self.identity_scale if self.identity else None)
+
+    @property
+    def main(self):
+        return dyadic_branch(*self.constants[0], self.in_bits)
+
+    @property
+    def ident(self):
+        return dyadic_branch(*self.constants[1], self.identity_bits) if self.identity else None
+
+    @property
+    def sum_range(self):
+        """Exact range of the unsaturated result (both branches)."""
+        b, i = self.main, self.ident
+        return (b["lo"] + (i["lo"] if i else 0), b["hi"] + (i["hi"] if i else 0))
+
+    @property
+    def out_range(self):
+        return -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
+
+    @property
+    def beats_per_row(self):
+        return beats_per_row(self.row, self.lanes)
+
+    @property
+    def latency(self):
+        """Cycles from an input handshake to its result entering the output FIFO: input
+        register, product (two registers, DSP M and P), rounding, [residual add], saturation."""
+        return 1 + 3 + int(self.identity) + 1
+
+    def performance(self, rows=None):
+        """Cycle model without stalls: one beat per cycle, back to back across rows.
+
+        ``latency_cycles`` runs from an input beat's handshake to its result's handshake;
+        with ``rows``, ``cycles`` from the first input beat to the last result, as ``hwgen sim``
+        measures them.
+        """
+        model = {"initiation_interval": 1, "beats_per_row": self.beats_per_row,
+                 "elements_per_cycle": self.row / self.beats_per_row,
+                 "latency_cycles": self.latency + OUTPUT_FIFO_CYCLES}
+        if rows:
+            model["cycles"] = rows * self.beats_per_row + model["latency_cycles"]
+        return model
+
+    def derived(self):
+        b, i = self.main, self.ident
+        d = {"m": b["m"], "e": b["e"], "multiplier": b["mult"], "shift": b["shift"],
+             "main_range": [b["lo"], b["hi"]],
+             "multiplier_bits": (b["mult"]).bit_length() if b["mult"] > 1 else 0}
+        if i:
+            d.update({"m1": i["m"], "e1": i["e"], "identity_multiplier": i["mult"],
+                      "identity_shift": i["shift"], "identity_range": [i["lo"], i["hi"]]})
+        d.update({"beats_per_row": self.beats_per_row,
+                  "lanes_in_last_beat": lanes_in_last_beat(self.row, self.lanes),
+                  "pipeline_latency": self.latency,
+                  "output_fifo_depth": self.latency + 3})
+        return d
+
+
+def payload_in(config):
+    """Input beat: ``q`` (and ``id`` with identity) per lane, ``last`` at the end of a row."""
+    c = config
+    fields = {"q": data.ArrayLayout(signed(c.in_bits), c.lanes)}
+    if c.identity:
+        fields["id"] = data.ArrayLayout(signed(c.identity_bits), c.lanes)
+    fields["last"] = 1
+    return data.StructLayout(fields)
+
+
+def payload_out(config):
+    """Output beat: ``y`` per lane (``bits`` signed), ``last`` at the end of a row."""
+    return data.StructLayout({"y": data.ArrayLayout(signed(config.bits), config.lanes),
+                              "last": 1})
+
+
+class Requant(wiring.Component):
+    """Dyadic requantisation of a stream of integer rows, ``lanes`` elements per cycle.
+
+    Parameters
+    ----------
+    config : RequantConfig
+
+    Members
+    -------
+    i_x : ``In(stream.Signature(payload_in(config)))``
+        ``q[lanes]`` (``in_bits`` signed) and, with ``identity``, ``id[lanes]``
+        (``identity_bits`` signed) of the same elements; ``last`` (TLAST) on a row's final
+        beat. A row is ``ceil(row / lanes)`` beats; lanes past the row's end in its final beat
+        are padding and ignored.
+    o_y : ``Out(stream.Signature(payload_out(config)))``
+        ``y[lanes]`` (``bits`` signed), ``last`` copied from the input beat; padding lanes are 0.
+
+    Timing
+    ------
+    Initiation interval one beat per cycle, rows back to back. Latency from an ``i_x``
+    handshake to the ``o_y`` beat: 7 cycles (8 with ``identity``): input register, product
+    (2 registers), rounding, [residual add], saturation, output FIFO (2).
+
+    Backpressure: ``o_y`` may stall at any time; the pipeline never stalls, ``i_x.ready``
+    drops while the output FIFO could not hold everything in flight (a registered compare, no
+    combinational path from ``o_y.ready``).
+
+    Each lane has one constant multiplier per branch (``in_bits x bits(m >> t)``, DSP blocks
+    when wide), a rounding adder and a saturating compare.
+    """
+
+    def __init__(self, config):
+        self.config = config
+        super().__init__({
+            "i_x": In(stream.Signature(payload_in(config))),
+            "o_y": Out(stream.Signature(payload_out(config))),
+        })
+
+    @staticmethod
+    def _branch(m, value, b, name):
+        """``round(value * m / 2**e)`` in three register stages."""
+        product = Signal(signed(len(value) + b["mult"].bit_length() + 1), name=f"{name}_prod")
+        product2 = Signal.like(product, name=f"{name}_prod2")
+        rounded = Signal(range(b["lo"], b["hi"] + 1), name=f"{name}_round")
+        m.d.sync += [product.eq(value * b["mult"]), product2.eq(product),
+                     rounded.eq(round_half_even(product2, b["shift"]))]
+        return rounded
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        main, ident = c.main, c.ident
+        lo, hi = c.out_range
+
+        def lane(m, k, p):
+            total = self._branch(m, p.q[k], main, f"q{k}")
+            total_lo, total_hi = main["lo"], main["hi"]
+            if ident:
+                part = self._branch(m, p.id[k], ident, f"id{k}")
+                total_lo, total_hi = c.sum_range
+                summed = Signal(range(total_lo, total_hi + 1), name=f"sum{k}")
+                m.d.sync += summed.eq(total + part)
+                total = summed
+            return clamp(total, total_lo, total_hi, lo, hi), 3 + int(c.identity)
+
+        latency = elementwise(m, self.i_x, self.o_y, "y", lane, row=c.row, lanes=c.lanes)
+        assert latency == c.latency
+        return m
+
+
+#: Kinds of rows in the stimulus; the first rows take them in this order so that even a short
+#: run holds every extreme, later rows draw them at random (weights in ``_WEIGHTS``).
+_KINDS = ("realistic", "max", "min", "saturating", "zero", "alternate", "equal", "ties",
+          "wide", "boundary")
+_WEIGHTS = (0.35, 0.04, 0.04, 0.15, 0.02, 0.04, 0.04, 0.12, 0.12, 0.08)
+
+
+def branch_values(rng, kind, shape, in_bits, b, out_bits):
+    """Inputs of one branch for a row of the given kind (see :data:`_KINDS`).
+
+    ``realistic`` rows map to outputs spread over the output range, ``saturating`` to
+    1.5x beyond it, ``boundary`` to the saturation thresholds +-2, ``ties`` are inputs whose
+    product lies halfway between two integers after the shift (when the input width allows),
+    ``wide`` covers the whole input range.
+    """
+    qlo, qhi = -(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1
+    ratio = b["m"] / 2.0 ** b["e"]
+    top = 1 << (out_bits - 1)
+
+    def from_target(t):
+        return np.clip(np.round(np.asarray(t, dtype=np.float64) / ratio), qlo, qhi) \
+            .astype(np.int64)
+
+    if kind == "realistic":
+        return from_target(rng.normal(0.0, top / 4, size=shape))
+    if kind == "saturating":
+        return from_target(rng.uniform(-1.5 * top, 1.5 * top, size=shape))
+    if kind == "boundary":
+        t = rng.choice([-top - 1, -top, top - 1, top], size=shape) + rng.uniform(-2, 2, shape)
+        return from_target(t)
+    if kind == "max":
+        return np.full(shape, qhi, dtype=np.int64)
+    if kind == "min":
+        return np.full(shape, qlo, dtype=np.int64)
+    if kind == "zero":
+        return np.zeros(shape, dtype=np.int64)
+    if kind == "equal":
+        return np.full(shape, rng.integers(qlo, qhi, endpoint=True), dtype=np.int64)
+    if kind == "alternate":
+        return np.where(np.arange(shape[-1]) % 2 == 0, qlo, qhi) * np.ones(shape, np.int64)
+    if kind == "ties":
+        s = b["shift"]
+        if 1 <= s and s - 1 <= in_bits - 2:   # q = odd * 2**(s-1) exists in range
+            limit = (qhi >> (s - 1)) // 2
+            odd = 2 * rng.integers(-limit - 1, limit, size=shape, endpoint=True) + 1
+            q = odd * (1 << (s - 1)) + rng.choice([-1, 0, 0, 0, 1], size=shape)
+            return np.clip(q, qlo, qhi)
+        return from_target(rng.normal(0.0, top / 4, size=shape))
+    return rng.integers(qlo, qhi, size=shape, endpoint=True)
+
+
+def row_kinds(rng, rows):
+    """Kind of each stimulus row: every kind once first, then at random."""
+    head = list(_KINDS[:rows])
+    tail = rng.choice(len(_KINDS), size=max(0, rows - len(_KINDS)), p=_WEIGHTS)
+    return head + [_KINDS[k] for k in tail]
+
+
+class RequantModel:
+    """Stream-level golden model and stimulus of :class:`Requant`. An item is a row."""
+
+    result_port = "o_y"
+    latency_from = "i_x"
+
+    @staticmethod
+    def stimulus(config, items, rng):
+        """``items`` rows of ``row`` elements: realistic values, saturating ones, exact
+        rounding ties, every extreme (all maximum, all minimum, alternating, all equal, zero)
+        and random values over the whole input range; the identity input draws its own kind
+        per row. Padding lanes get random values (ignored by the kernel)."""
+        c = config
+        shape = (1, c.row)
+        q = np.concatenate([branch_values(rng, k, shape, c.in_bits, c.main, c.bits)
+                            for k in row_kinds(rng, items)])
+        stim = {"q": q}
+        pad = c.beats_per_row * c.lanes - c.row
+        pads = {"q": rng.integers(-(1 << (c.in_bits - 1)), 1 << (c.in_bits - 1),
+                                  size=pad * items)}
+        if c.identity:
+            kinds = row_kinds(rng, items)
+            rng.shuffle(kinds)
+            stim["id"] = np.concatenate([branch_values(rng, k, shape, c.identity_bits, c.ident,
+                                                       c.bits) for k in kinds])
+            pads["id"] = rng.integers(-(1 << (c.identity_bits - 1)),
+                                      1 << (c.identity_bits - 1), size=pad * items)
+        stim["pad"] = pads
+        return stim
+
+    @staticmethod
+    def inputs(config, stim):
+        fields = {k: stim[k] for k in ("q", "id") if k in stim}
+        return {"i_x": to_beats(fields, config.lanes, pad=stim["pad"])}
+
+    @staticmethod
+    def expect(config, stim):
+        c = config
+        y, _ = golden.requant(stim["q"], c.scale_in, c.scale_out, c.bits,
+                              identity=stim.get("id"),
+                              identity_scale=c.identity_scale if c.identity else None)
+        return {"o_y": to_beats({"y": y}, c.lanes)}
+
+
+#: Simulated by ``tests/test_sim.py``: one lane with a row of 7 (ties: power-of-two ratio),
+#: 3 lanes with padded rows and the residual branch at LayerNorm-input width (22 bits), left
+#: shifts (e = -1, e1 = 0) at 32-bit output, 5 lanes of 16-bit outputs from 20-bit inputs,
+#: and the BERT-base size (H = 768, 16 lanes, INT32 in, INT8 out).
+TEST_CONFIGS = (
+    {"scale_in": 0.25, "scale_out": 1.0, "bits": 8, "in_bits": 12, "lanes": 1, "row": 7},
+    {"scale_in": 3.1e-4, "scale_out": 0.0021, "bits": 22, "in_bits": 32, "identity": True,
+     "identity_scale": 0.07, "identity_bits": 8, "lanes": 3, "row": 10},
+    {"scale_in": 3.0e9, "scale_out": 1.0, "bits": 32, "in_bits": 24, "identity": True,
+     "identity_scale": 1.2e9, "identity_bits": 9, "lanes": 4, "row": 13},
+    {"scale_in": 1.3e-3, "scale_out": 0.011, "bits": 16, "in_bits": 20, "lanes": 5, "row": 23},
+    {},
+)
