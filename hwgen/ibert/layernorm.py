@@ -1,0 +1,637 @@
+"""I-BERT integer LayerNorm (``IntLayerNorm`` of the reference, paper sections 2.4 and 7).
+
+Each row of ``H`` integers ``q`` is normalised without floating point, bit-exactly as
+:func:`hwgen.ibert.golden.int_layernorm`::
+
+    mean   = round_half_even(sum(q) / H)          exact: reciprocal multiply + correction
+    y      = q - mean
+    var    = sum((y >> shift)**2)                  < 2**32 for every row (checked by the config)
+    std    = isqrt(var) << shift                   exact restoring square root (IntSqrt)
+    factor = floor(2**31 / std)   (0 if std == 0)  = floor(2**(31 - shift) / isqrt(var))
+    out    = floor(y * factor / 2) + bias_int[e]
+
+``bias_int`` (one per element ``e``) and the output scale come from
+:func:`golden.layernorm_constants` of the layer's float weight and bias; the configuration draws
+them reproducibly from ``param_seed``, and the integers sit in an on-chip ROM.
+
+The row is needed three times (sum, variance around the rounded mean, output), so it is kept
+in an on-chip circular buffer: it is summed while it streams in, read once for the variance
+once the mean is known and once more for the output once ``factor`` is known. Different rows
+occupy the three phases at the same time, so rows stream at ``H / lanes`` cycles each.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from ..lib.pipeline import CreditBuffer, adder_tree, delay
+from . import golden
+from .isqrt import IntSqrt
+
+__all__ = ["LayerNormConfig", "LayerNorm", "LayerNormModel", "TEST_CONFIGS",
+           "layernorm_params"]
+
+#: log2 of the numerator of the reciprocal of the standard deviation (``factor = 2**31 // std``).
+FACTOR_BIT = golden.LAYERNORM_MAX_BIT - 1
+#: Cycles of the mean unit (offset, multiply, remainder, correction, rounding).
+MEAN_STAGES = 5
+#: Cycles from issuing an output read to the result entering the output FIFO (memory and ROM
+#: read, subtract mean, multiply by factor, halve and add the bias).
+OUT_STAGES = 3
+
+
+def layernorm_params(hidden, seed):
+    """Float32 ``(weight, bias)`` of a LayerNorm drawn from ``seed``: weight in 0.5..1.5, bias in
+    -0.5..0.5 (``numpy.random.default_rng(seed).uniform``)."""
+    rng = np.random.default_rng(seed)
+    weight = rng.uniform(0.5, 1.5, hidden).astype(np.float32)
+    bias = rng.uniform(-0.5, 0.5, hidden).astype(np.float32)
+    return weight, bias
+
+
+def _signed_bits(lo, hi):
+    """Bits of the narrowest signed integer holding ``lo .. hi``."""
+    return max((-lo - 1).bit_length() if lo < 0 else 0, hi.bit_length() if hi > 0 else 0) + 1
+
+
+@dataclass(frozen=True)
+class LayerNormConfig(Config):
+    hidden: int = param(768, "elements per row H (BERT-base: 768)", lo=1, hi=8192)
+    lanes: int = param(8, "elements per stream beat (must divide hidden); a row takes "
+                          "hidden / lanes cycles", lo=1, hi=64)
+    in_bits: int = param(22, "bits of a signed input element (I-BERT's LayerNorm input "
+                             "QuantAct: 22)", lo=2, hi=32)
+    shift: int = param(10, "right shift of q - mean before squaring; must keep the variance "
+                           "below 2**32 for every possible row (see var_bound)", lo=0, hi=31)
+    param_seed: int = param(0, "seed of the layer's float32 weight (uniform 0.5..1.5) and bias "
+                               "(uniform -0.5..0.5), drawn with numpy's default_rng",
+                            lo=0, hi=2 ** 32 - 1)
+
+    def check(self):
+        if self.hidden % self.lanes:
+            raise ConfigError("lanes", f"must divide hidden={self.hidden} (allowed: "
+                              + ", ".join(str(d) for d in range(1, min(self.hidden, 64) + 1)
+                                          if self.hidden % d == 0) + ")", value=self.lanes)
+        if self.var_max >= 1 << golden.LAYERNORM_MAX_BIT:
+            raise ConfigError("shift", f"must be at least {self.min_shift()} so that the "
+                              f"variance of {self.hidden} elements of {self.in_bits} bits stays "
+                              f"below 2**{golden.LAYERNORM_MAX_BIT}", value=self.shift)
+
+    # -- value ranges and widths ---------------------------------------------------------------
+
+    @staticmethod
+    def ys_max(in_bits, shift):
+        """Largest ``|(q - mean) >> shift|``: ``|q - mean| <= 2**in_bits - 1`` (the rounded mean
+        lies between the row's extremes) and the floor shift rounds negative values away from 0."""
+        return -(-((1 << in_bits) - 1) >> shift)
+
+    @classmethod
+    def var_bound(cls, hidden, in_bits, shift):
+        """Upper bound of ``var = sum(((q - mean) >> shift)**2)`` over all rows.
+
+        The smaller of ``hidden * ys_max**2`` and ``H * (2**in_bits + 2**(shift+1))**2 /
+        4**(shift+1)``, rounded up. The second: with ``W = max(q) - min(q) <= 2**in_bits - 1``,
+        ``sum((q - mean)**2) <= H W**2 / 4`` (Popoviciu) and rounding the mean adds at most
+        ``H / 4``; ``|y >> shift| <= |y| / 2**shift + 1``; Cauchy-Schwarz then bounds the sum
+        by ``H (sqrt(W**2 + 1) / 2**(shift+1) + 1)**2 < H ((W + 1) / 2**(shift+1) + 1)**2``.
+        """
+        per_element = hidden * cls.ys_max(in_bits, shift) ** 2
+        num = hidden * ((1 << in_bits) + (1 << (shift + 1))) ** 2
+        spread = -(-num >> (2 * shift + 2))
+        return min(per_element, spread)
+
+    @property
+    def var_max(self):
+        """:meth:`var_bound` of this configuration."""
+        return self.var_bound(self.hidden, self.in_bits, self.shift)
+
+    def min_shift(self):
+        """The smallest shift for which :attr:`var_max` is below ``2**32``."""
+        return next(s for s in range(32)
+                    if self.var_bound(self.hidden, self.in_bits, s)
+                    < 1 << golden.LAYERNORM_MAX_BIT)
+
+    @property
+    def beats(self):
+        """Beats (and cycles) per row."""
+        return self.hidden // self.lanes
+
+    @property
+    def var_bits(self):
+        return max(self.var_max.bit_length(), 1)
+
+    @property
+    def sqrt_width(self):
+        """Width of the square-root unit: ``var_bits`` rounded up to even."""
+        return self.var_bits + self.var_bits % 2
+
+    @property
+    def root_bits(self):
+        return self.sqrt_width // 2
+
+    @property
+    def factor_bits(self):
+        """``factor = floor(2**(31 - shift) / root) <= 2**(31 - shift)``: quotient bits, and
+        restoring division steps."""
+        return FACTOR_BIT - self.shift + 1
+
+    @cached_property
+    def params(self):
+        """Float32 ``(weight, bias)`` drawn from ``param_seed``."""
+        return layernorm_params(self.hidden, self.param_seed)
+
+    @cached_property
+    def constants(self):
+        """:func:`golden.layernorm_constants` of the layer: ``bias_int``, ``out_scale``, ..."""
+        return golden.layernorm_constants(*self.params, self.hidden)
+
+    @property
+    def bias_range(self):
+        b = self.constants["bias_int"]
+        return int(b.min()), int(b.max())
+
+    @property
+    def bias_bits(self):
+        return _signed_bits(*self.bias_range)
+
+    @property
+    def norm_range(self):
+        """Range of ``floor(y * factor / 2)``: ``-2**30 .. 2**31 - 1``.
+
+        With ``r = isqrt(var) >= 1`` and ``std = r << shift``: ``|y >> shift| <= r`` for every
+        element, so ``-std <= y < std + 2**shift <= 2 * std`` and ``factor <= 2**31 / std``,
+        hence ``-2**31 <= y * factor < 2**32``. With ``var = 0``, ``factor = 0``.
+        """
+        return -(1 << (FACTOR_BIT - 1)), (1 << FACTOR_BIT) - 1
+
+    @property
+    def out_bits(self):
+        lo, hi = self.norm_range
+        blo, bhi = self.bias_range
+        return _signed_bits(lo + blo, hi + bhi)
+
+    @property
+    def sum_bits(self):
+        return _signed_bits(self.hidden * -(1 << (self.in_bits - 1)),
+                            self.hidden * ((1 << (self.in_bits - 1)) - 1))
+
+    # -- exact division of the row sum by H (reciprocal multiply, one correction) ----------------
+
+    @property
+    def mean_offset(self):
+        """Added to the sum so the dividend ``x`` is non-negative: ``H * 2**(in_bits - 1)``."""
+        return self.hidden << (self.in_bits - 1)
+
+    @property
+    def recip_shift(self):
+        """``k``: ``2**k`` exceeds every dividend ``x <= H * (2**in_bits - 1)``."""
+        return (self.hidden * ((1 << self.in_bits) - 1)).bit_length()
+
+    @property
+    def recip(self):
+        """``floor(2**k / H)``. For ``0 <= x < 2**k``: ``x*recip/2**k <= x/H`` and
+        ``> x/H - x/2**k > x/H - 1``, so ``floor(x * recip / 2**k)`` is ``floor(x/H)`` or one
+        less; one conditional subtraction of ``H`` from the remainder corrects it."""
+        return (1 << self.recip_shift) // self.hidden
+
+    # -- latencies (cycles) ---------------------------------------------------------------------
+
+    @property
+    def lane_tree_latency(self):
+        return (self.lanes - 1).bit_length()
+
+    @property
+    def mean_ready(self):
+        """Cycles from the first beat of a row (accepted back to back) to the cycle the mean is
+        valid: ``beats - 1`` more beats, lane adder tree, accumulator, mean unit."""
+        return self.beats - 1 + self.lane_tree_latency + 1 + MEAN_STAGES
+
+    @property
+    def var_ready(self):
+        """... to the variance: reads issued the cycle after the mean, ``beats`` reads, memory,
+        subtract, square, lane adder tree, accumulator."""
+        return self.mean_ready + self.beats + 4 + self.lane_tree_latency
+
+    @property
+    def factor_ready(self):
+        """... to ``factor`` (square root, then one division step per quotient bit)."""
+        return self.var_ready + self.root_bits + self.factor_bits
+
+    @property
+    def output_start(self):
+        """... to the first output read: factor FIFO (1 cycle), load (1 cycle)."""
+        return self.factor_ready + 2
+
+    @property
+    def buffer_depth(self):
+        """Row-buffer entries (beats): a beat stays from its write until its output read,
+        ``output_start`` cycles at full rate; one more keeps the input from ever stalling."""
+        return self.output_start + 1
+
+    @property
+    def token_depth(self):
+        """Rows waiting for the output pass are complete rows in the buffer."""
+        return self.buffer_depth // self.beats
+
+    def performance(self, rows=None):
+        """Cycle model without stalls: ``initiation_interval`` in cycles per row, latency from
+        a row's first input beat to its first output beat, and with ``rows`` back-to-back rows
+        the cycles from the first input beat to the last output beat, as ``hwgen sim``
+        measures them."""
+        latency = self.output_start + OUT_STAGES + 2
+        model = {"initiation_interval": self.beats, "cycles_per_row": self.beats,
+                 "latency_cycles": latency}
+        if rows:
+            model["cycles"] = rows * self.beats + latency
+        return model
+
+    def derived(self):
+        return {"cycles_per_row": self.beats,
+                "latency_cycles": self.performance()["latency_cycles"],
+                "buffer_depth": self.buffer_depth,
+                "buffer_bits": self.buffer_depth * self.lanes * self.in_bits,
+                "bias_rom_bits": self.hidden * self.bias_bits,
+                "var_bits": self.var_bits, "sqrt_steps": self.root_bits,
+                "factor_bits": self.factor_bits, "out_bits": self.out_bits,
+                "min_shift": self.min_shift(), "recip": self.recip,
+                "recip_shift": self.recip_shift}
+
+
+def row_in(lanes, in_bits):
+    """Input beat: ``lanes`` signed elements ``q`` and ``last``."""
+    return data.StructLayout({"q": data.ArrayLayout(signed(in_bits), lanes), "last": 1})
+
+
+def row_out(lanes, out_bits):
+    """Output beat: ``lanes`` signed results ``y`` and ``last``."""
+    return data.StructLayout({"y": data.ArrayLayout(signed(out_bits), lanes), "last": 1})
+
+
+class LayerNorm(wiring.Component):
+    """I-BERT integer LayerNorm over rows of ``hidden`` elements, ``lanes`` per beat.
+
+    Parameters
+    ----------
+    config : LayerNormConfig
+
+    Members
+    -------
+    i_row : ``In(stream.Signature(StructLayout({"q": ArrayLayout(signed(in_bits), lanes), "last": 1})))``
+        Input rows, ``hidden / lanes`` beats each, elements ``k * lanes .. k * lanes + lanes - 1``
+        in beat ``k``. Rows are delimited by the beat count; ``last`` (TLAST) is expected on
+        the final beat of each row and otherwise ignored.
+    o_row : ``Out(stream.Signature(StructLayout({"y": ArrayLayout(signed(out_bits), lanes), "last": 1})))``
+        Normalised rows in the same layout, ``last`` on the final beat of each row.
+
+    Timing
+    ------
+    Initiation interval ``hidden / lanes`` cycles per row: rows stream back to back, one beat per
+    cycle in and out. Latency from a row's first input beat to its first output beat:
+    ``config.performance()["latency_cycles"]`` = ``2 * hidden / lanes + 2 * ceil(log2 lanes) + 16
+    + root_bits + factor_bits`` (square-root and division steps): 252 cycles at the defaults
+    (hidden=768, lanes=8, in_bits=22, shift=10).
+
+    The row is written into a circular buffer of ``config.buffer_depth`` beats while its sum
+    is accumulated; the mean unit divides by ``H`` exactly; the row is then read for the
+    variance; the square root (:class:`IntSqrt`, one digit per stage) and the division
+    ``2**(31 - shift) // root`` (one quotient bit per stage) are fully pipelined; the row is read
+    a second time for the output. All stages up to the output read are free-running with fixed
+    latency (a row's phases never collide because rows are at least ``hidden / lanes`` cycles
+    apart); mean/factor tokens wait in small FIFOs for the output pass.
+
+    Backpressure: ``o_row`` may stall at any time. Output reads are admitted by credits of the
+    output FIFO; buffer entries are released when read for the output, and ``i_row.ready`` is
+    low only while the buffer is full. Neither ``ready`` depends combinationally on the other
+    side.
+    """
+
+    def __init__(self, config):
+        self.config = c = config
+        super().__init__({
+            "i_row": In(stream.Signature(row_in(c.lanes, c.in_bits))),
+            "o_row": Out(stream.Signature(row_out(c.lanes, c.out_bits))),
+        })
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        lanes, beats, depth, b = c.lanes, c.beats, c.buffer_depth, c.in_bits
+
+        def wrap_inc(value, modulo):
+            return Mux(value == modulo - 1, 0, value + 1)
+
+        # -- row buffer: one write port, a read port for each of the two passes ----------------
+        elem = data.ArrayLayout(signed(b), lanes)
+        m.submodules.buffer = buf = memory.Memory(shape=elem, depth=depth, init=[])
+        wr = buf.write_port()
+        rd_var = buf.read_port()
+        rd_out = buf.read_port()
+
+        used = Signal(range(depth + 1))          # beats written and not yet read for output
+        write = Signal()
+        release = Signal()
+        m.d.comb += [
+            self.i_row.ready.eq(used < depth),
+            write.eq(self.i_row.valid & self.i_row.ready),
+        ]
+        m.d.sync += used.eq(used + write - release)
+
+        wp = Signal(range(depth))
+        in_beat = Signal(range(beats))
+        row_start = Signal(range(depth))
+        first = in_beat == 0
+        m.d.comb += [wr.addr.eq(wp), wr.data.eq(self.i_row.payload.q), wr.en.eq(write)]
+        with m.If(write):
+            m.d.sync += [wp.eq(wrap_inc(wp, depth)), in_beat.eq(wrap_inc(in_beat, beats))]
+            with m.If(first):
+                m.d.sync += row_start.eq(wp)
+
+        # -- pass 1: row sum --------------------------------------------------------------------
+        lane_sum, tree_lat = adder_tree(m, list(self.i_row.payload.q), name="lanesum")
+        assert tree_lat == c.lane_tree_latency
+        t_valid = delay(m, write, tree_lat, name="sum_valid")
+        t_first = delay(m, first, tree_lat, name="sum_first")
+        t_last = delay(m, in_beat == beats - 1, tree_lat, name="sum_last")
+        t_start = delay(m, Mux(first, wp, row_start), tree_lat, name="sum_start")
+        acc = Signal(signed(c.sum_bits))
+        acc_next = Mux(t_first, 0, acc) + lane_sum
+        row_sum = Signal(signed(c.sum_bits))
+        sum_valid = Signal()
+        sum_start = Signal(range(depth))
+        m.d.sync += sum_valid.eq(t_valid & t_last)
+        with m.If(t_valid):
+            m.d.sync += acc.eq(acc_next)
+            with m.If(t_last):
+                m.d.sync += [row_sum.eq(acc_next), sum_start.eq(t_start)]
+
+        # -- mean = round_half_even(sum / H) ------------------------------------------------------
+        k, hidden = c.recip_shift, c.hidden
+        x_max = hidden * ((1 << b) - 1)
+        x1 = Signal(range(x_max + 1))
+        m.d.sync += x1.eq(row_sum + c.mean_offset)
+        prod = Signal(unsigned((x_max * c.recip).bit_length()))
+        x2 = Signal.like(x1)
+        m.d.sync += [prod.eq(x1 * c.recip), x2.eq(x1)]
+        q3 = Signal(range(x_max // hidden + 1))
+        r3 = Signal(range(2 * hidden))
+        q0 = prod >> k
+        m.d.sync += [q3.eq(q0), r3.eq(x2 - q0 * hidden)]
+        q4 = Signal.like(q3)
+        r4 = Signal(range(hidden))
+        over = r3 >= hidden
+        m.d.sync += [q4.eq(q3 + over), r4.eq(Mux(over, r3 - hidden, r3))]
+        floor_mean = Signal(signed(b + 1))
+        m.d.comb += floor_mean.eq(q4 - (1 << (b - 1)))
+        up = (2 * r4 > hidden) | ((2 * r4 == hidden) & floor_mean[0])
+        mean = Signal(signed(b))
+        m.d.sync += mean.eq(floor_mean + up)
+        mean_valid = delay(m, sum_valid, MEAN_STAGES, name="mean_valid")
+        mean_start = delay(m, sum_start, MEAN_STAGES, name="mean_start")
+
+        # -- pass 2: variance of (q - mean) >> shift --------------------------------------------
+        v_active = Signal()
+        v_addr = Signal(range(depth))
+        v_beat = Signal(range(beats))
+        v_mean = Signal(signed(b))
+        v_start = Signal(range(depth))
+        v_last = v_beat == beats - 1
+        m.d.comb += rd_var.addr.eq(v_addr)
+        with m.If(v_active):
+            m.d.sync += [v_addr.eq(wrap_inc(v_addr, depth)), v_beat.eq(wrap_inc(v_beat, beats))]
+            with m.If(v_last):
+                m.d.sync += v_active.eq(0)
+        with m.If(mean_valid):          # rows are >= beats cycles apart: the pass has ended
+            m.d.sync += [v_active.eq(1), v_addr.eq(mean_start), v_beat.eq(0),
+                         v_mean.eq(mean), v_start.eq(mean_start)]
+        r_valid = delay(m, v_active, 1, name="vr_valid")
+        r_first = delay(m, v_active & (v_beat == 0), 1, name="vr_first")
+        r_last = delay(m, v_active & v_last, 1, name="vr_last")
+        r_mean = delay(m, v_mean, 1, name="vr_mean")
+        r_start = delay(m, v_start, 1, name="vr_start")
+        squares = []
+        ys_bits = max(b + 1 - c.shift, 1)
+        sq_bits = max((c.ys_max(b, c.shift) ** 2).bit_length(), 1)
+        for lane in range(lanes):
+            y = Signal(signed(b + 1), name=f"vy{lane}")
+            sq = Signal(unsigned(sq_bits), name=f"vsq{lane}")
+            ys = Signal(signed(ys_bits), name=f"vys{lane}")
+            m.d.sync += y.eq(rd_var.data[lane] - r_mean)
+            m.d.comb += ys.eq(y >> c.shift)
+            m.d.sync += sq.eq(ys * ys)
+            squares.append(sq)
+        sq_sum, vtree_lat = adder_tree(m, squares, name="sqsum", shape=unsigned(c.var_bits))
+        assert vtree_lat == c.lane_tree_latency
+        s_valid = delay(m, r_valid, 2 + vtree_lat, name="sq_valid")
+        s_last = delay(m, r_last, 2 + vtree_lat, name="sq_last")
+        s_first = delay(m, r_first, 2 + vtree_lat, name="sq_first")
+        s_mean = delay(m, r_mean, 2 + vtree_lat, name="sq_mean")
+        s_start = delay(m, r_start, 2 + vtree_lat, name="sq_start")
+        vacc = Signal(unsigned(c.var_bits))
+        vacc_next = Mux(s_first, 0, vacc) + sq_sum
+        var = Signal(unsigned(c.sqrt_width))
+        var_valid = Signal()
+        m.d.sync += var_valid.eq(s_valid & s_last)
+        with m.If(s_valid):
+            m.d.sync += vacc.eq(vacc_next)
+            with m.If(s_last):
+                m.d.sync += var.eq(vacc_next)
+
+        # Rows waiting for the output pass: (mean, start) now, factor when it is computed.
+        side = data.StructLayout({"mean": signed(b), "start": range(depth)})
+        m.submodules.side_fifo = side_fifo = fifo.SyncFIFO(width=side.size, depth=c.token_depth)
+        side_w = Signal(side)
+        m.d.comb += [side_w.mean.eq(delay(m, s_mean, 1, name="var_mean")),
+                     side_w.start.eq(delay(m, s_start, 1, name="var_start")),
+                     side_fifo.w_data.eq(side_w), side_fifo.w_en.eq(var_valid)]
+
+        # -- std and factor = floor(2**(31 - shift) / isqrt(var)) --------------------------------
+        m.submodules.sqrt = sqrt = IntSqrt(c.sqrt_width)
+        m.d.comb += [sqrt.i.valid.eq(var_valid), sqrt.i.payload.v.eq(var)]
+        assert sqrt.latency == c.root_bits
+        factor, factor_valid = self._reciprocal(m, sqrt.o.payload.root, sqrt.o.valid)
+        m.submodules.factor_fifo = factor_fifo = fifo.SyncFIFO(width=c.factor_bits,
+                                                               depth=c.token_depth)
+        m.d.comb += [factor_fifo.w_data.eq(factor), factor_fifo.w_en.eq(factor_valid)]
+
+        # -- pass 3: out = floor(y * factor / 2) + bias_int ---------------------------------------
+        m.submodules.out = out = CreditBuffer(row_out(lanes, c.out_bits), latency=OUT_STAGES)
+        wiring.connect(m, wiring.flipped(self.o_row), out.o)
+        bias = c.constants["bias_int"].reshape(beats, lanes)
+        m.submodules.bias_rom = rom = memory.Memory(
+            shape=data.ArrayLayout(signed(c.bias_bits), lanes), depth=beats,
+            init=[[int(x) for x in row] for row in bias])
+        rd_bias = rom.read_port()
+
+        o_active = Signal()
+        o_addr = Signal(range(depth))
+        o_beat = Signal(range(beats))
+        o_mean = Signal(signed(b))
+        o_factor = Signal(unsigned(c.factor_bits))
+        issue = Signal()
+        o_last = o_beat == beats - 1
+        load = Signal()
+        side_r = side(side_fifo.r_data)
+        m.d.comb += [
+            issue.eq(o_active & out.ready),
+            out.take.eq(issue),
+            release.eq(issue),
+            load.eq(factor_fifo.r_rdy & (~o_active | (issue & o_last))),
+            factor_fifo.r_en.eq(load),
+            side_fifo.r_en.eq(load),
+            rd_out.addr.eq(o_addr),
+            rd_bias.addr.eq(o_beat),
+        ]
+        with m.If(issue):
+            m.d.sync += [o_addr.eq(wrap_inc(o_addr, depth)), o_beat.eq(wrap_inc(o_beat, beats))]
+            with m.If(o_last):
+                m.d.sync += o_active.eq(0)
+        with m.If(load):
+            m.d.sync += [o_active.eq(1), o_addr.eq(side_r.start), o_beat.eq(0),
+                         o_mean.eq(side_r.mean), o_factor.eq(factor_fifo.r_data)]
+
+        p_valid = delay(m, issue, 1, name="or_valid")
+        p_last = delay(m, issue & o_last, 1, name="or_last")
+        p_mean = delay(m, o_mean, 1, name="or_mean")
+        p_factor = delay(m, o_factor, 2, name="or_factor")
+        for lane in range(lanes):
+            y = Signal(signed(b + 1), name=f"oy{lane}")
+            bias_y = Signal(signed(c.bias_bits), name=f"obias{lane}")
+            prod = Signal(signed(FACTOR_BIT + 2), name=f"oprod{lane}")   # 2 * norm_range
+            bias_p = Signal(signed(c.bias_bits), name=f"obias_p{lane}")
+            m.d.sync += [y.eq(rd_out.data[lane] - p_mean), bias_y.eq(rd_bias.data[lane]),
+                         prod.eq(y * p_factor),
+                         bias_p.eq(bias_y)]
+            m.d.comb += out.i.payload.y[lane].eq((prod >> 1) + bias_p)
+        m.d.comb += [out.i.valid.eq(delay(m, p_valid, 2, name="oprod_valid")),
+                     out.i.payload.last.eq(delay(m, p_last, 2, name="oprod_last"))]
+        return m
+
+    def _reciprocal(self, m, root, valid):
+        """``floor(2**(31 - shift) / root)`` (0 for ``root == 0``), restoring division with one
+        quotient bit per pipeline stage. Returns ``(factor, valid)``."""
+        c = self.config
+        nb, rb = c.factor_bits, c.root_bits
+        rem = Const(0, 1)
+        quot = Const(0, 0)
+        for i in range(nb - 1, -1, -1):
+            cur = Cat(Const(int(i == nb - 1), 1), rem)      # (rem << 1) | numerator bit i
+            take = cur >= root
+            s_rem = Signal(unsigned(rb), name=f"drem{i}")
+            s_quot = Signal(unsigned(nb - i), name=f"dquot{i}")
+            s_root = Signal(unsigned(rb), name=f"droot{i}")
+            s_valid = Signal(name=f"dvalid{i}")
+            m.d.sync += [s_rem.eq(Mux(take, cur - root, cur)), s_quot.eq(Cat(take, quot)),
+                         s_root.eq(root), s_valid.eq(valid)]
+            rem, quot, root, valid = s_rem, s_quot, s_root, s_valid
+        factor = Signal(unsigned(nb))
+        m.d.comb += factor.eq(Mux(root == 0, 0, quot))
+        return factor, valid
+
+
+class LayerNormModel:
+    """Stream-level golden model and stimulus of :class:`LayerNorm` (items are rows)."""
+
+    result_port = "o_row"
+    latency_from = "i_row"
+
+    KINDS = ("realistic", "uniform", "narrow", "equal", "extreme", "tie", "tiny", "outlier")
+
+    @classmethod
+    def stimulus(cls, config, items, rng):
+        """``items`` rows. The first rows are fixed extremes (all minimum, all maximum, half
+        minimum and half maximum: the largest variance, one maximum among minima); then a
+        random mix of: realistic rows (Gaussian of random spread and offset with a few large
+        outliers), uniform over the full range, uniform over a random narrower range, all equal,
+        every element at an extreme, mean ties (sum an odd multiple of H/2), spreads below
+        ``2**shift`` (zero or tiny variance) and saturated rows with one outlier."""
+        c = config
+        h, b = c.hidden, c.in_bits
+        lo, hi = -(1 << (b - 1)), (1 << (b - 1)) - 1
+        fixed = [np.full(h, lo), np.full(h, hi),
+                 np.where(np.arange(h) % 2 == 0, lo, hi),
+                 np.where(np.arange(h) == h - 1, hi, lo)]
+        rows = []
+        for i in range(items):
+            if i < len(fixed):
+                rows.append(fixed[i])
+                continue
+            kind = cls.KINDS[rng.integers(len(cls.KINDS))]
+            if kind == "realistic":
+                sigma = 2.0 ** rng.uniform(max(b - 10, 0), b - 2)
+                row = rng.normal(rng.uniform(-sigma, sigma), sigma, h)
+                spikes = rng.integers(h, size=rng.integers(0, 4))
+                row[spikes] = rng.choice([-1, 1], size=len(spikes)) * sigma * rng.uniform(
+                    4, 32, size=len(spikes))
+                row = np.rint(row)
+            elif kind == "uniform":
+                row = rng.integers(lo, hi, size=h, endpoint=True)
+            elif kind == "narrow":
+                width = 1 << int(rng.integers(0, b))
+                centre = int(rng.integers(lo + width // 2, hi - width // 2, endpoint=True))
+                row = rng.integers(centre - width // 2, centre + width // 2, size=h,
+                                   endpoint=True)
+            elif kind == "equal":
+                row = np.full(h, rng.integers(lo, hi, endpoint=True))
+            elif kind == "extreme":
+                row = np.where(rng.random(h) < rng.uniform(0.1, 0.9), lo, hi)
+            elif kind == "tie":
+                row = rng.integers(lo // 2, hi // 2, size=h, endpoint=True)
+                if h % 2 == 0:      # sum = mean * H + H / 2 exactly (mean even or odd)
+                    row[0] += (h // 2) - int(row.sum()) % h
+            elif kind == "tiny":        # spread below 2**shift: (q - mean) >> shift is 0 or -1
+                top = 1 << min(c.shift, b - 1)
+                base = int(rng.integers(lo, hi - top, endpoint=True))
+                if rng.random() < 0.5:
+                    row = base + rng.integers(0, top, size=h)
+                else:                   # a few above a mean rounded down to base: var 0
+                    step = int(rng.integers(1, top, endpoint=True)) if top > 1 else 1
+                    row = np.full(h, base)
+                    row[rng.permutation(h)[:(h - 1) // (2 * step)]] += step
+            else:
+                row = np.full(h, rng.choice([lo, hi]))
+                row[rng.integers(h)] = rng.integers(lo, hi, endpoint=True)
+            rows.append(np.clip(row, lo, hi))
+        return {"rows": np.array(rows, dtype=np.int64).reshape(items, h)}
+
+    @staticmethod
+    def inputs(config, stim):
+        lanes, beats = config.lanes, config.beats
+        return {"i_row": [{"q": row[k * lanes:(k + 1) * lanes].tolist(),
+                           "last": int(k == beats - 1)}
+                          for row in stim["rows"] for k in range(beats)]}
+
+    @staticmethod
+    def expect(config, stim):
+        c = config
+        out, _ = golden.int_layernorm(stim["rows"], 1.0, *c.params, c.shift)
+        lim = 1 << (c.out_bits - 1)
+        if out.size and not (-lim <= out.min() and out.max() < lim):
+            raise AssertionError(f"golden output exceeds out_bits={c.out_bits}")
+        lanes, beats = c.lanes, c.beats
+        return {"o_row": [{"y": row[k * lanes:(k + 1) * lanes].tolist(),
+                           "last": int(k == beats - 1)}
+                          for row in out for k in range(beats)]}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        return config.performance()["latency_cycles"] + 2 * len(stim["rows"]) * config.beats
+
+
+#: Simulated by ``tests/test_sim.py``: BERT-base (768, 8 lanes, I-BERT's 22-bit input); tiny
+#: rows of 5 beats (shorter than the square root); one-beat rows of 32-bit inputs; odd
+#: lanes with narrow inputs and shift 0 (mean ties, zero variance); a power-of-two H (exact
+#: reciprocal) with 16 lanes; H = 1.
+TEST_CONFIGS = (
+    {"hidden": 768, "lanes": 8, "in_bits": 22, "shift": 10},
+    {"hidden": 5, "lanes": 1, "in_bits": 16, "shift": 1, "param_seed": 3},
+    {"hidden": 3, "lanes": 3, "in_bits": 32, "shift": 16, "param_seed": 4},
+    {"hidden": 21, "lanes": 3, "in_bits": 8, "shift": 0, "param_seed": 5},
+    {"hidden": 64, "lanes": 16, "in_bits": 12, "shift": 1, "param_seed": 6},
+    {"hidden": 1, "lanes": 1, "in_bits": 9, "shift": 0, "param_seed": 7},
+)
