@@ -1,0 +1,331 @@
+"""I-BERT attention dot product of one head: ``S = Q @ K^T`` (paper section 7.1.2, Fig. 12).
+
+``Q`` (``M x d``) and ``K`` (``M x d``) int8 stream in on two AXI-Streams, one row per beat
+(``d = H / A``, 64 in BERT-base); ``S`` (``M x M``) int32 leaves one score per beat. ``pes``
+PEs compute dot products: a row of Q is broadcast to every PE and the rows of K (the columns of
+``K^T``) are scattered over the PEs, K row ``c`` to PE ``c mod pes``. K is padded inside the
+core to the minimum ``pes * ceil(M / pes)`` rows (zero rows written one per cycle after the
+last real row) and the padding columns are removed from the output: S has exactly M columns.
+M is any length from 1 to ``max_len``; no padding to the maximum length.
+
+Small configuration used for ``hwgen sim ibert-attn-dot``: ``--set head_dim=24 --set
+max_len=40 --set pes=5``. The defaults are one BERT-base head (d = 64, M <= 128) with 16 PEs.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from ..lib.pipeline import delay
+from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
+
+__all__ = ["AttnDotConfig", "AttnDot", "AttnDotModel", "TEST_CONFIGS"]
+
+
+@dataclass(frozen=True)
+class AttnDotConfig(Config):
+    head_dim: int = param(64, "d = H / A: row length of Q and K", lo=1, hi=256)
+    max_len: int = param(128, "largest sequence length M", lo=1, hi=4096)
+    pes: int = param(16, "PEs: K rows (score columns) computed in parallel, one MAC per "
+                         "cycle each", lo=1, hi=256)
+
+    def check(self):
+        if self.pes > self.head_dim:
+            raise ConfigError("pes", f"must be in 1..head_dim={self.head_dim} (a round of "
+                              "pes scores takes head_dim cycles and leaves one score per cycle)",
+                              value=self.pes)
+        if self.pes > self.max_len:
+            raise ConfigError("pes", f"must be in 1..max_len={self.max_len}", value=self.pes)
+
+    @property
+    def max_rounds(self):
+        """Rows of K per PE: ``ceil(max_len / pes)``."""
+        return ceil_div(self.max_len, self.pes)
+
+    @property
+    def acc_bits(self):
+        return 16 + (self.head_dim - 1).bit_length()
+
+    #: Cycles from issuing a round's last step to its scores reaching the serializer:
+    #: memory read, element select, product, accumulate.
+    latency = 4
+
+    def performance(self, m=None, m_q=None):
+        """Cycle model (:func:`hwgen.ibert.model.attn_dot_cycles`) for M = ``m``."""
+        from .model import attn_dot_cycles
+        return attn_dot_cycles(self, m, m_q)
+
+    def derived(self):
+        return {"max_rounds": self.max_rounds, "macs": self.pes,
+                "accumulator_bits": self.acc_bits, "pipeline_latency": self.latency,
+                "k_memory_bits": 2 * self.pes * (1 << (self.max_rounds - 1).bit_length())
+                * self.head_dim * 8}
+
+
+def row_layout(d, name):
+    return data.StructLayout({name: data.ArrayLayout(signed(8), d), "last": 1})
+
+
+SCORE = data.StructLayout({"s": signed(32), "last_row": 1, "last": 1})
+
+
+class AttnDot(wiring.Component):
+    """Attention dot product ``S = Q @ K^T`` of one head.
+
+    Parameters
+    ----------
+    config : AttnDotConfig
+
+    Members
+    -------
+    i_k : ``In(stream.Signature(row_layout(head_dim, "k")))``
+        K, one row per beat; TLAST on the matrix's last row (its count is M_k <= max_len).
+    i_q : ``In(stream.Signature(row_layout(head_dim, "q")))``
+        Q, one row per beat; TLAST on the matrix's last row. Matrices of Q and K pair up in
+        order; Q may have a different row count M_q (cross-attention), usually M_q = M_k.
+    o_s : ``Out(stream.Signature(SCORE))``
+        S, row by row, one int32 score per beat, ``S[i, c] = Q[i] . K[c]`` for ``c < M_k`` only
+        (padding removed). TLAST on each row's last score; ``last_row`` on every score of the
+        matrix's last row.
+
+    Organisation
+    ------------
+    K is written into ``pes`` memories, row ``c`` at address ``c // pes`` of PE ``c mod pes``;
+    after the last row, zero rows pad it to ``Mp = pes * ceil(M_k / pes)`` rows, one per
+    cycle. Every Q row is computed in ``R = Mp / pes`` rounds of ``head_dim`` cycles: in round
+    ``r`` PE ``p`` multiplies element ``j`` of the Q row with element ``j`` of K row
+    ``r * pes + p`` in cycle ``j`` and accumulates; the round's real scores (``c < M_k``) are
+    then sent one per cycle, which keeps up because ``pes <= head_dim``. K is double-buffered:
+    the next head's K loads while the current head is computed; Q rows are double-buffered.
+
+    Timing
+    ------
+    A Q row takes ``R * head_dim`` cycles (initiation interval), rows and heads follow without
+    gaps. The first score leaves ``Mp + head_dim + 6`` cycles after the first Q beat when K
+    arrives alongside (K load and padding, one round, accumulate and output FIFO); a round's
+    scores follow one per cycle. Exact formulas: :func:`hwgen.ibert.model.attn_dot_cycles`.
+
+    Backpressure: ``o_s`` may stall at any time; rounds wait at their last step while the
+    output FIFO could fill (credits), never combinationally on ``o_s.ready``.
+    """
+
+    def __init__(self, config):
+        self.config = c = config
+        super().__init__({
+            "i_k": In(stream.Signature(row_layout(c.head_dim, "k"))),
+            "i_q": In(stream.Signature(row_layout(c.head_dim, "q"))),
+            "o_s": Out(stream.Signature(SCORE)),
+        })
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        d, P = c.head_dim, c.pes
+        row_shape = data.ArrayLayout(signed(8), d)
+        rbits = (c.max_rounds - 1).bit_length()
+
+        def banked(bank, addr):          # addr is rbits wide: bank bit on top
+            return Cat(addr, bank)
+
+        # -- K loader: row c -> PE c % P, address c // P; then zero rows up to a multiple of P
+        kmems = []
+        for p in range(P):
+            mem = memory.Memory(shape=row_shape, depth=2 << rbits, init=[])
+            m.submodules[f"kmem{p}"] = mem
+            kmems.append((mem.write_port(), mem.read_port()))
+        kfull = Signal(range(3))
+        kwbank, kpad = Signal(), Signal()
+        kpe = Signal(range(P))
+        kaddr = Signal(range(c.max_rounds))
+        kcount = Signal(range(c.max_len + 1))
+        mk = [Signal(range(c.max_len + 1), name=f"mk{b}") for b in range(2)]
+        rounds = [Signal(range(c.max_rounds + 1), name=f"rounds{b}") for b in range(2)]
+        kload, kwrite, kdone = Signal(), Signal(), Signal()
+        m.d.comb += [
+            self.i_k.ready.eq((kfull < 2) & ~kpad),
+            kload.eq(self.i_k.valid & self.i_k.ready),
+            kwrite.eq(kload | kpad),
+            kdone.eq(kwrite & (kpe == P - 1) & (kpad | self.i_k.payload.last)),
+        ]
+        for p, (wr, _) in enumerate(kmems):
+            m.d.comb += [wr.addr.eq(banked(kwbank, kaddr)),
+                         wr.data.eq(Mux(kpad, 0, self.i_k.payload.k)),
+                         wr.en.eq(kwrite & (kpe == p))]
+        with m.If(kwrite):
+            m.d.sync += kpe.eq(kpe + 1)
+            with m.If(kpe == P - 1):
+                m.d.sync += [kpe.eq(0), kaddr.eq(kaddr + 1)]
+        with m.If(kload):
+            m.d.sync += kcount.eq(kcount + 1)
+            with m.If(self.i_k.payload.last & ~kdone):
+                m.d.sync += kpad.eq(1)
+        with m.If(kdone):
+            m.d.sync += [kpad.eq(0), kaddr.eq(0), kcount.eq(0), kwbank.eq(~kwbank)]
+            for b in range(2):
+                with m.If(kwbank == b):
+                    m.d.sync += [mk[b].eq(kcount + kload), rounds[b].eq(kaddr + 1)]
+
+        # -- Q loader: two row slots --------------------------------------------------------------
+        qmem = memory.Memory(shape=row_shape, depth=2, init=[])
+        m.submodules.qmem = qmem
+        q_wr, q_rd = qmem.write_port(), qmem.read_port()
+        qfull = Signal(range(3))
+        qwbank, qrbank = Signal(), Signal()
+        qflag = Signal(2)                     # the slot's row is its matrix's last
+        qload = Signal()
+        m.d.comb += [
+            self.i_q.ready.eq(qfull < 2),
+            qload.eq(self.i_q.valid & self.i_q.ready),
+            q_wr.addr.eq(qwbank), q_wr.data.eq(self.i_q.payload.q), q_wr.en.eq(qload),
+        ]
+        with m.If(qload):
+            m.d.sync += qwbank.eq(~qwbank)
+            for b in range(2):
+                with m.If(qwbank == b):
+                    m.d.sync += qflag[b].eq(self.i_q.payload.last)
+
+        # -- issue: round r, step j of the oldest Q row ------------------------------------------
+        m.submodules.ser = ser = GroupSerializer(SCORE, lanes=P, latency=c.latency)
+        wiring.connect(m, wiring.flipped(self.o_s), ser.o)
+        krbank = Signal()
+        j = Signal(range(d))
+        r = Signal(range(c.max_rounds))
+        col = Signal(range(c.max_rounds * P + 1))     # r * P
+        mk_cur = Mux(krbank, mk[1], mk[0])
+        rounds_cur = Mux(krbank, rounds[1], rounds[0])
+        final_j, final_r, issue, row_done, row_last = (Signal(name=n) for n in (
+            "final_j", "final_r", "issue", "row_done", "row_last"))
+        left = Signal(range(c.max_len + 1))
+        count = Signal(range(P + 1))
+        m.d.comb += [
+            final_j.eq(j == d - 1),
+            final_r.eq(r == rounds_cur - 1),
+            left.eq(mk_cur - col),
+            count.eq(Mux(left < P, left, P)),
+            issue.eq((qfull != 0) & (kfull != 0) & (~final_j | ser.ready)),
+            ser.take.eq(issue & final_j),
+            ser.count.eq(count),
+            row_done.eq(issue & final_j & final_r),
+            row_last.eq(qflag.bit_select(qrbank, 1)),
+            q_rd.addr.eq(qrbank),
+        ]
+        for _, rd in kmems:
+            m.d.comb += rd.addr.eq(banked(krbank, r))
+        with m.If(issue):
+            m.d.sync += j.eq(j + 1)
+            with m.If(final_j):
+                m.d.sync += [j.eq(0), r.eq(r + 1), col.eq(col + P)]
+                with m.If(final_r):
+                    m.d.sync += [r.eq(0), col.eq(0), qrbank.eq(~qrbank)]
+                    with m.If(row_last):
+                        m.d.sync += krbank.eq(~krbank)
+        k_release = row_done & row_last
+        m.d.sync += [kfull.eq(kfull + kdone - k_release), qfull.eq(qfull + qload - row_done)]
+
+        # -- datapath: select element j, multiply, accumulate ----------------------------------
+        j1 = delay(m, j, 1, name="j")
+        v3 = delay(m, issue, 3, name="v")
+        first3 = delay(m, j == 0, 3, name="first")
+        q_e = Signal(signed(8))
+        m.d.sync += q_e.eq(q_rd.data[j1])
+        accs = []
+        for p, (_, rd) in enumerate(kmems):
+            k_e = Signal(signed(8), name=f"k{p}")
+            prod = Signal(signed(16), name=f"prod{p}")
+            acc = Signal(signed(c.acc_bits), name=f"acc{p}")
+            m.d.sync += [k_e.eq(rd.data[j1]), prod.eq(q_e * k_e)]
+            with m.If(v3):
+                with m.If(first3):
+                    m.d.sync += acc.eq(prod)
+                with m.Else():
+                    m.d.sync += acc.eq(acc + prod)
+            accs.append(acc)
+
+        done = issue & final_j
+        lat = c.latency
+        n_d = delay(m, count, lat, name="count")
+        last_round_d = delay(m, final_r, lat, name="final_r")
+        row_last_d = delay(m, row_last, lat, name="row_last")
+        m.d.comb += [ser.i_valid.eq(delay(m, done, lat, name="done")), ser.i_count.eq(n_d)]
+        for p, acc in enumerate(accs):
+            item = ser.i_items[p]
+            m.d.comb += [item.s.eq(acc), item.last_row.eq(row_last_d),
+                         item.last.eq(last_round_d & (n_d == p + 1))]
+        return m
+
+
+class AttnDotModel:
+    """Stream-level golden model and stimulus of :class:`AttnDot` for the testbench.
+
+    The item unit of ``hwgen sim --items`` is one row of Q (one row of S): ``items`` rows are
+    split into heads of M = 1, 7, ``max_len`` and then random M
+    (:func:`~hwgen.ibert.matrix_common.matrix_sizes`). The golden model is numpy's int64
+    matrix product ``Q @ K.T``.
+    """
+
+    result_port = "o_s"
+    latency_from = "i_q"
+
+    #: (Q, K) contents of successive heads, then repeated: the extremes give the largest
+    #: (-128 * -128 * d) and smallest (-128 * 127 * d) scores.
+    KINDS = (("min", "min"), ("max", "min"), ("random", "random"), ("alternate", "max"),
+             ("realistic", "realistic"), ("random", "random"))
+
+    @classmethod
+    def stimulus(cls, config, items, rng, sizes=None, k_sizes=None):
+        """Heads of ``sizes`` Q rows (default: ``items`` rows split by
+        :func:`~hwgen.ibert.matrix_common.matrix_sizes`) with as many K rows, or ``k_sizes``
+        K rows. Without ``k_sizes``, every fourth head from the fourth on has a K of a
+        different random length (cross-attention shapes)."""
+        c = config
+        if sizes is None:
+            sizes = matrix_sizes(items, c.max_len, rng)
+            k_sizes = [int(rng.integers(1, c.max_len, endpoint=True)) if h % 4 == 3 else mq
+                       for h, mq in enumerate(sizes)]
+        sizes = list(sizes)
+        k_sizes = list(k_sizes) if k_sizes is not None else sizes
+        qs, ks = [], []
+        for h, (mq, mk) in enumerate(zip(sizes, k_sizes)):
+            qk, kk = cls.KINDS[h % len(cls.KINDS)]
+            qs.append(matrix_int8(qk, (mq, c.head_dim), rng))
+            ks.append(matrix_int8(kk, (mk, c.head_dim), rng))
+        return {"q": qs, "k": ks}
+
+    @staticmethod
+    def inputs(config, stim):
+        def rows(mats, name):
+            return [{name: row.tolist(), "last": int(i == len(x) - 1)}
+                    for x in mats for i, row in enumerate(x)]
+        return {"i_q": rows(stim["q"], "q"), "i_k": rows(stim["k"], "k")}
+
+    @staticmethod
+    def expect(config, stim):
+        beats = []
+        for q, k in zip(stim["q"], stim["k"]):
+            s = np.asarray(q, dtype=np.int64) @ np.asarray(k, dtype=np.int64).T
+            for i, row in enumerate(s):
+                beats += [{"s": int(v), "last_row": int(i == len(s) - 1),
+                           "last": int(col == len(row) - 1)} for col, v in enumerate(row)]
+        return {"o_s": beats}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        c = config
+        return sum(len(q) * ceil_div(len(k), c.pes) * c.head_dim + len(k) + c.pes
+                   for q, k in zip(stim["q"], stim["k"])) + 100
+
+
+#: Simulated by tests/test_sim.py (200 Q rows each): odd sizes, one PE, one-element rows with
+#: one PE (one cycle per round), PEs = d, and one BERT-base head (d = 64, M <= 128, 16 PEs).
+TEST_CONFIGS = (
+    {"head_dim": 24, "max_len": 40, "pes": 5},
+    {"head_dim": 7, "max_len": 13, "pes": 1},
+    {"head_dim": 1, "max_len": 9, "pes": 1},
+    {"head_dim": 6, "max_len": 50, "pes": 6},
+    {},
+)
