@@ -38,8 +38,9 @@ class Accelerator:
         cocotb test module run on the Verilated top.
     default_items : int
         ``hwgen sim --items`` default.
-    test_configs : tuple of dict
-        Configurations the test suite simulates (odd sizes included).
+    test_configs : tuple of dict, or str
+        Configurations the test suite simulates (odd sizes included); a ``module:attribute``
+        string names a tuple kept beside the accelerator's code.
     test_items : int
         Items per simulation in the test suite (0: ``default_items``).
     """
@@ -50,12 +51,17 @@ class Accelerator:
     model_path: str
     testbench: str = "sim.stream_tb"
     default_items: int = 1000
-    test_configs: tuple = field(default_factory=tuple)
+    test_configs_spec: object = field(default_factory=tuple)
     test_items: int = 0
 
     @property
     def config(self):
         return _load(self.config_path)
+
+    @property
+    def test_configs(self):
+        spec = self.test_configs_spec
+        return tuple(_load(spec) if isinstance(spec, str) else spec)
 
     @property
     def model(self):
@@ -75,6 +81,25 @@ class Accelerator:
 
     def build_core(self, config):
         return _load(self.top_path)(config)
+
+
+IBERT_KERNELS = [
+    ("ibert-requant", "requant", "Requant",
+     "I-BERT dyadic requantisation: multiply by m, round half to even, shift, clamp; optional "
+     "residual (identity) branch"),
+    ("ibert-gelu", "gelu", "Gelu", "I-BERT integer GELU (i-GELU second-order polynomial)"),
+    ("ibert-softmax", "softmax", "Softmax",
+     "I-BERT integer softmax: row max, i-exp, 16-bit requant, sum, reciprocal, scaling; rows "
+     "of any length up to max_len"),
+    ("ibert-layernorm", "layernorm", "LayerNorm",
+     "I-BERT integer LayerNorm: mean, variance, exact integer square root, reciprocal, bias"),
+    ("ibert-linear", "linear", "Linear",
+     "I-BERT INT8 x INT8 -> INT32 linear layer: Tiles x PEs, weights on chip, rows streamed"),
+    ("ibert-attn-dot", "attn_dot", "AttnDot",
+     "I-BERT attention dot product Q K^T per head, minimal padding of K to the PE count"),
+    ("ibert-softmax-matmul", "softmax_matmul", "SoftmaxMatmul",
+     "I-BERT softmax x V per head, minimal padding of the softmax matrix"),
+]
 
 
 #: Both exact queues are simulated in the same configurations: k = 1, odd and large k, narrow
@@ -97,7 +122,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.pq_decoder:PQDecoderModel",
         default_items=5000,
         test_items=3000,
-        test_configs=(
+        test_configs_spec=(
             {"m": 7, "lut_bits": 13, "tag_bits": 9},
             {"m": 16, "lut_bits": 16, "tag_bits": 32, "lut_buffers": 1},
             {"m": 24, "lut_bits": 18, "tag_bits": 20, "forward_lut": False},
@@ -114,7 +139,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.lut_builder:LUTBuilderModel",
         default_items=6,
         test_items=3,
-        test_configs=(
+        test_configs_spec=(
             {"dim": 96, "m": 12, "lut_bits": 20},
             {"dim": 35, "m": 7, "elem_bits": 6, "lut_shift": 2, "lut_bits": 12, "sub_par": 3},
             {"dim": 128, "m": 64, "lut_bits": 16, "sub_par": 16},
@@ -130,7 +155,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.queues:QueueModel",
         default_items=3000,
         test_items=2500,
-        test_configs=QUEUE_TEST_CONFIGS,
+        test_configs_spec=QUEUE_TEST_CONFIGS,
     ),
     Accelerator(
         name="insert-pq",
@@ -141,7 +166,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.queues:QueueModel",
         default_items=3000,
         test_items=2500,
-        test_configs=QUEUE_TEST_CONFIGS,
+        test_configs_spec=QUEUE_TEST_CONFIGS,
     ),
     Accelerator(
         name="hier-pq",
@@ -152,7 +177,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.hier_pq:HierPQModel",
         default_items=4000,
         test_items=3000,
-        test_configs=(
+        test_configs_spec=(
             {"streams": 1, "k": 1},
             {"streams": 3, "k": 5, "l1_len": 2, "dist_bits": 10, "id_bits": 12},
             {"streams": 8, "k": 50},
@@ -169,7 +194,7 @@ ACCELERATORS = {a.name: a for a in [
         model_path="hwgen.vecsearch.node_model:ChamVSNodeModel",
         default_items=20,
         test_items=12,
-        test_configs=(
+        test_configs_spec=(
             {"m": 16, "k": 10},
             {"m": 64, "k": 37, "channels": 3, "nlist": 7, "nprobe_max": 3},
             {"m": 32, "k": 5, "channels": 2, "queue": "systolic", "nprobe_max": 5},
@@ -177,6 +202,18 @@ ACCELERATORS = {a.name: a for a in [
              "lut_shift": 3},
         ),
     ),
+] + [
+    Accelerator(
+        name=name,
+        summary=summary,
+        config_path=f"hwgen.ibert.{module}:{cls}Config",
+        top_path=f"hwgen.ibert.{module}:{cls}",
+        model_path=f"hwgen.ibert.{module}:{cls}Model",
+        default_items=200,
+        test_configs_spec=f"hwgen.ibert.{module}:TEST_CONFIGS",
+        test_items=0,
+    )
+    for name, module, cls, summary in IBERT_KERNELS
 ]}
 
 

@@ -64,19 +64,32 @@ def dyadic(scale):
 
 def round_shift(x, e):
     """``round_half_even(x / 2**e)`` for integers ``x``; ``e`` (a scalar or an array broadcast
-    against ``x``) may be zero or negative: a left shift."""
+    against ``x``) may be zero or negative: a left shift. Exact for any shift: int64 inputs
+    whose left shift could overflow are computed with Python integers."""
     x = np.asarray(x)
+    e = np.asarray(e, dtype=np.int64)
     if x.dtype != object:
         x = x.astype(np.int64)
-    e = np.asarray(e, dtype=np.int64)
-    if x.dtype == object:                 # Python integers: products beyond 64 bits
+        left = int(np.max(np.maximum(-e, 0), initial=0))
+        if left and x.size and int(np.abs(x).max()) << left >= 1 << 62:
+            x = x.astype(object)
+    if x.dtype == object:                 # Python integers: any width
         e = e.astype(object)
-    pos = np.maximum(e, 1)
+        pos = np.maximum(e, 1)
+        q = x >> pos
+        r = x - (q << pos)
+        half = (q * 0 + 1) << (pos - 1)
+        up = (r > half) | ((r == half) & ((q & 1) == 1))
+        return np.where(e > 0, q + up.astype(np.int64), x << np.maximum(-e, 0))
+    # int64: shifts of 63 and more leave |x / 2**e| < 1 (0.5 or less from 64 on)
+    pos = np.clip(e, 1, 62)
     q = x >> pos
     r = x - (q << pos)
-    half = (q * 0 + 1) << (pos - 1)
+    half = np.int64(1) << (pos - 1)
     up = (r > half) | ((r == half) & ((q & 1) == 1))
-    return np.where(e > 0, q + up.astype(np.int64), x << np.maximum(-e, 0))
+    small = np.where(e == 63, np.sign(x) * (np.abs(x) > (1 << 62)), 0)
+    return np.where(e >= 63, small, np.where(e > 0, q + up.astype(np.int64),
+                                             x << np.maximum(-e, 0)))
 
 
 def isqrt(v):
@@ -84,7 +97,7 @@ def isqrt(v):
     step from the top, as the RTL computes it).
 
     After the step that consumes bits ``2j+1, 2j`` the partial root is the floor square root
-    of ``v >> 2j``; ``tests/test_ibert_golden.py`` checks every input below 2**32 with a C
+    of ``v >> 2j``; ``tests/test_ibert_isqrt.py`` checks every input below 2**32 with a C
     transcription of the same steps.
     """
     v = np.asarray(v, dtype=np.int64)
@@ -133,7 +146,7 @@ def requant(q, scale_in, scale_out, bits, identity=None, identity_scale=None):
 
     def scaled(v, m, e):
         v = np.asarray(v, dtype=np.int64)
-        if v.size and np.abs(v).max() >= 1 << 31:       # the product needs more than 64 bits
+        if v.size and int(np.abs(v).max()) * int(np.max(np.abs(m))) >= 1 << 62:  # > 64 bits
             v = v.astype(object)
             m = np.asarray(m).astype(object)
         return round_shift(v * m, e)
@@ -149,6 +162,17 @@ def requant(q, scale_in, scale_out, bits, identity=None, identity_scale=None):
 
 # -- i-GELU ------------------------------------------------------------------------------------
 
+def _floordiv32(a, b):
+    """torch's float32 ``a // b`` (``div_floor_floating``: fmod-based, then rounded)."""
+    a, b = f32(a), f32(b)
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - np.float32(1), div)
+    floor = np.floor(div)
+    floor = np.where(div - floor > np.float32(0.5), floor + np.float32(1), floor)
+    return np.where(div != 0, floor, np.float32(0) * a / b)
+
+
 def _int(x):
     """Python int of a scalar, int64 array of an array."""
     return int(x) if np.ndim(x) == 0 else np.asarray(x).astype(np.int64)
@@ -161,7 +185,7 @@ def gelu_constants(scale):
     b_int = _int(np.floor(_rdiv(GELU_COEFF[1], s_erf)))
     c_int = _int(np.floor(_rdiv(GELU_COEFF[2], s_erf * s_erf)))
     sig_scale = (s_erf * s_erf) * np.float32(GELU_COEFF[0]) * np.float32(2 ** GELU_CONST)
-    shift_int = _int(np.floor(np.float32(1.0) / sig_scale))
+    shift_int = _int(_floordiv32(1.0, sig_scale))        # the reference's ``1.0 // scale``
     out_scale = f32(scale) * sig_scale / np.float32(2)
     return b_int, c_int, shift_int, out_scale
 
@@ -232,12 +256,13 @@ def exp16(z, q, m, e):
     t = np.asarray(z, dtype=np.int64) * m
     s = e - EXP_CONST + np.asarray(q, dtype=np.int64)
     big = s <= 0                       # a left shift: any non-zero product exceeds 2**15
-    s = np.maximum(s, 1)
+    gone = s >= 63                     # t < 2**63: the quotient rounds to 0
+    s = np.clip(s, 1, 62)
     hi = t >> s
     r = t - (hi << s)
     half = np.int64(1) << (s - 1)
     rounded = hi + ((r > half) | ((r == half) & ((hi & 1) == 1))).astype(np.int64)
-    out = np.where(big, np.where(t > 0, 1 << 15, 0), rounded)
+    out = np.where(big, np.where(t > 0, 1 << 15, 0), np.where(gone, 0, rounded))
     return np.clip(out, 0, (1 << 15) - 1)
 
 
