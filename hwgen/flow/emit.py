@@ -20,6 +20,7 @@ clock / reset           ``ap_clk``, ``ap_rst_n`` (active low, synchronous)
 """
 
 import json
+import re
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -29,7 +30,20 @@ from amaranth.lib.wiring import In, Out
 
 from .ports import StreamFormat
 
-__all__ = ["AXISTop", "emit_verilog", "stream_port_name"]
+__all__ = ["AXISTop", "emit_verilog", "stream_port_name", "drop_zero_memory_init"]
+
+_ZERO_INIT = re.compile(r"^( *)initial begin\n(?:\1  \w+\[\d+\] = \d+'h0+;\n)+\1end\n",
+                        re.MULTILINE)
+
+
+def drop_zero_memory_init(text):
+    """Remove the ``initial`` blocks that set every word of a memory to zero.
+
+    hwgen's memories are loaded at run time, never initialised; Amaranth writes an explicit
+    zero for every word, which makes vendor tools and yosys keep large memories out of URAM
+    (which has no initial contents) and blows up synthesis. Memory words without an initial
+    value power up as zero in BRAM/URAM and are zeroed by Verilator (``--x-initial fast``)."""
+    return _ZERO_INIT.sub("", text)
 
 
 def stream_port_name(member_name, flow):
@@ -150,7 +164,7 @@ def emit_verilog(core, name, out_dir):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     top = AXISTop(core)
-    text = verilog.convert(top, name=name, emit_src=False)
+    text = drop_zero_memory_init(verilog.convert(top, name=name, emit_src=False))
     v_path = out_dir / f"{name}.v"
     v_path.write_text(text)
     ports = {"top": name, **top.ports_description()}

@@ -66,6 +66,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..lib.axi import (AXI4LiteControl, AXI4LiteSignature, AXI4Reader, AXI4Signature,
                        AXI4Writer, StreamDownsizer, StreamUpsizer)
+from .emit import drop_zero_memory_init
 from .ports import StreamFormat
 from .tools import cache_dir
 from .verilator import run_testbench, verilate
@@ -385,7 +386,8 @@ def emit_kernel(acc, cfg, board, out_dir, **options):
     out_dir.mkdir(parents=True, exist_ok=True)
     name = kernel_name(acc)
     kernel = MemoryKernel(acc.build_core(cfg), board, **options)
-    text = verilog.convert(kernel, name=name, ports=flat_ports(kernel), emit_src=False)
+    text = drop_zero_memory_init(verilog.convert(kernel, name=name, ports=flat_ports(kernel),
+                                                 emit_src=False))
     (out_dir / f"{name}.v").write_text(text)
     return kernel.description(name)
 
