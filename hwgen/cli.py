@@ -295,6 +295,56 @@ def size_queues(k, streams, target):
 
 
 @main.command()
+@click.option("--preset", help="A named model (paper-ctr, small-ctr).")
+@click.option("--model", "model_file", type=click.Path(dir_okay=False),
+              help="A model description JSON file instead of a preset.")
+@click.option("--board", default="u280", show_default=True)
+@click.option("--nodes", type=int, default=4, show_default=True)
+@click.option("--dsp-per-pe", type=int, default=18, show_default=True)
+@click.option("--rate", type=float, help="Inferences per second the network check assumes.")
+@click.option("--link-gbps", type=float, default=100.0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Write one configuration JSON per node here.")
+@reports_errors
+def partition(preset, model_file, board, nodes, dsp_per_pe, rate, link_gbps, out_dir):
+    """Partition a recommendation model's FC layers over several FPGAs."""
+    from .recsys.model import RecModel, preset as get_preset
+    from .recsys.partition import partition as run_partition
+    if (preset is None) == (model_file is None):
+        raise ConfigError("preset", "give exactly one of --preset and --model")
+    model = get_preset(preset) if preset else RecModel.from_json(model_file)
+    board_obj = _board(board)
+    plan = run_partition(model, board_obj, nodes, dsp_per_pe=dsp_per_pe, link_gbps=link_gbps,
+                         inferences_per_s=rate)
+    click.echo(f"{model.name} on {nodes} x {board_obj.name}: layer work ratios "
+               f"{':'.join(map(str, plan.ratios))}, {dsp_per_pe} DSPs per PE")
+    sizes = " / ".join(str(p) for p in plan.layer_pes)
+    click.echo(f"PEs per layer: {sizes} (unit {plan.unit}; layers "
+               + ", ".join(f"{i}x{o}" for i, o in model.layer_shapes[:len(plan.layer_pes)])
+               + ")")
+    click.echo(f"{'node':>4} {'PEs (layer: count)':<28} {'DSP':>6} {'DSP %':>7} "
+               f"{'BRAM18':>7} {'BRAM %':>7} {'recv B/inf':>10} {'send B/inf':>10}")
+    for n in plan.nodes:
+        pes = ", ".join(f"L{s.layer + 1}: {s.pes}" for s in n.slices)
+        extra = (" +emb" if n.embedding else "") + (" +out" if n.output_unit else "")
+        click.echo(f"{n.node:>4} {pes + extra:<28} {n.dsp:>6} {n.dsp_percent:>6.2f}% "
+                   f"{n.bram18:>7} {n.bram_percent:>6.2f}% {n.recv_bytes:>10} {n.send_bytes:>10}")
+    busiest = max(max(n.recv_bytes, n.send_bytes) for n in plan.nodes)
+    if busiest:
+        click.echo(f"links allow up to {link_gbps * 1e9 / 8 / busiest:,.0f} inferences/s "
+                   f"({busiest} bytes per inference on the busiest link at {link_gbps:g} Gb/s)")
+    if out_dir:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for n in plan.nodes:
+            _write_json(out / f"node{n.node}.json", {"model": model.to_dict(),
+                                                     "board": board_obj.name, **n.to_dict()})
+        click.echo(f"wrote {len(plan.nodes)} node configurations to {out}")
+    if plan.problems:
+        raise ConfigError("nodes", "infeasible: " + "; ".join(plan.problems), value=nodes)
+
+
+@main.command()
 @click.option("--queries", type=int, default=20, show_default=True)
 @click.option("--stall", type=float, default=0.1, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)

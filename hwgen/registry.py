@@ -214,6 +214,27 @@ ACCELERATORS = {a.name: a for a in [
         test_items=0,
     )
     for name, module, cls, summary in IBERT_KERNELS
+] + [
+    Accelerator(
+        name="recsys-embedding",
+        summary="Recommendation embedding lookup: one row per table from on-chip memories and "
+                "AXI memory channels (HBM/DDR) concurrently, concatenated with dense features",
+        config_path="hwgen.recsys.embedding:EmbeddingConfig",
+        top_path="hwgen.recsys.embedding:Embedding",
+        model_path="hwgen.recsys.embedding:EmbeddingModel",
+        default_items=200,
+        test_configs_spec="hwgen.recsys.embedding:TEST_CONFIGS",
+    ),
+    Accelerator(
+        name="recsys-fc",
+        summary="Recommendation fully-connected layer: input broadcast to PEs (parallel "
+                "multipliers + adder tree), bias, ReLU, requantisation",
+        config_path="hwgen.recsys.fc:FCConfig",
+        top_path="hwgen.recsys.fc:FC",
+        model_path="hwgen.recsys.fc:FCModel",
+        default_items=200,
+        test_configs_spec="hwgen.recsys.fc:TEST_CONFIGS",
+    ),
 ]}
 
 

@@ -156,6 +156,14 @@ class KernelStream:
                    d["record_bytes"])
 
 
+def core_memories(core):
+    """``[(member name, AXI4Signature)]`` of the core's own AXI4 masters (memory it reads or
+    writes by itself, e.g. a vector-search node's channels or embedding tables)."""
+    return [(name, member.signature) for name, member in core.signature.members.items()
+            if member.is_signature and isinstance(member.signature, AXI4Signature)
+            and member.flow == Out]
+
+
 def core_streams(core):
     """The :class:`KernelStream` of every stream member of ``core``, in member order."""
     streams = []
@@ -194,6 +202,9 @@ class MemoryKernel(wiring.Component):
     s_axi_control : ``In(AXI4LiteSignature(12, 32))``
     m_axi_<member> : ``Out(AXI4Signature(64, data_bits, read=..., write=...))``
         One per core stream; read-only for inputs, write-only for outputs.
+    <core master> : the core's own AXI4 masters (e.g. ``m_axi_ch0``), passed through with the
+        kernel argument ``<name>_ptr`` added to every address: the base of the buffer the host
+        loaded for that master. The core's ``memory_banks`` (if any) says which bank each needs.
     interrupt : ``Out(1)``
 
     When converted with :func:`flat_ports`, interface members become ``<member>_<signal>``
@@ -213,9 +224,11 @@ class MemoryKernel(wiring.Component):
                                        else DEFAULT_DATA_BITS)
         self.board = board
         self.streams = core_streams(core)
+        self.memories = core_memories(core)
         self._master_opts = {"max_burst": max_burst, "max_outstanding": max_outstanding}
         self._fifo_words = fifo_words
         self._args = [arg for s in self.streams for arg in ((s.ptr_arg, 64), (s.count_arg, 32))]
+        self._args += [(self._memory_arg(name), 64) for name, _ in self.memories]
         #: ``{argument name: control register offset}``.
         self.offsets = AXI4LiteControl.arg_offsets(self._args, CONTROL_ADDR_BITS)
         members = {"ap_clk": In(1), "ap_rst_n": In(1),
@@ -224,6 +237,8 @@ class MemoryKernel(wiring.Component):
             members[s.port] = Out(AXI4Signature(ADDR_BITS, self.data_bits,
                                                 read=s.direction == "in",
                                                 write=s.direction == "out"))
+        for name, sig in self.memories:
+            members[name] = Out(sig)
         members["interrupt"] = Out(1)
         super().__init__(members)
 
@@ -231,12 +246,22 @@ class MemoryKernel(wiring.Component):
     def word_bytes(self):
         return self.data_bits // 8
 
+    @staticmethod
+    def _memory_arg(name):
+        return f"{name[len('m_axi_'):] if name.startswith('m_axi_') else name}_ptr"
+
     def banks(self):
-        """``{m_axi port: bank name or None}``: round-robin over the board's primary memory
-        channels (HBM[0], HBM[1], ... on u280); None without a board or Vitis bank names."""
+        """``{m_axi port: bank name or None}``: the core's own masters where its
+        ``memory_banks`` places them, the stream masters round-robin over the board's primary
+        memory channels (HBM[0], HBM[1], ... on u280); None without a board or bank names."""
         mem = self.board.primary_memory if self.board is not None else None
-        return {s.port: (mem.bank(k % mem.count) if mem is not None and mem.vitis_bank
-                         else None) for k, s in enumerate(self.streams)}
+        named = mem is not None and bool(mem.vitis_bank)
+        out = {s.port: (mem.bank(k % mem.count) if named else None)
+               for k, s in enumerate(self.streams)}
+        wanted = getattr(self._core, "memory_banks", None) or {}
+        for k, (name, _) in enumerate(self.memories):
+            out[name] = wanted.get(name) or (mem.bank(k % mem.count) if named else None)
+        return out
 
     def description(self, name):
         """The ``"kernel"`` section of ``ports.json`` for a kernel whose top is ``name``."""
@@ -247,6 +272,10 @@ class MemoryKernel(wiring.Component):
                                           (s.count_arg, "scalar", 32, "s_axi_control")):
                 args.append({"id": len(args), "name": arg, "kind": kind, "bits": bits,
                              "offset": self.offsets[arg], "port": port, "stream": s.member})
+        for master, _ in self.memories:
+            arg = self._memory_arg(master)
+            args.append({"id": len(args), "name": arg, "kind": "pointer", "bits": 64,
+                         "offset": self.offsets[arg], "port": master, "stream": None})
         return {
             "top": name,
             "verilog": f"{name}.v",
@@ -258,9 +287,13 @@ class MemoryKernel(wiring.Component):
             "axi_addr_bits": ADDR_BITS,
             "axi_data_bits": self.data_bits,
             "args": args,
-            "masters": [dict(s.to_dict(), bank=banks[s.port], data_bits=self.data_bits,
-                             ptr_arg=s.ptr_arg, count_arg=s.count_arg)
-                        for s in self.streams],
+            "masters": [dict(s.to_dict(), kind="stream", bank=banks[s.port],
+                             data_bits=self.data_bits, ptr_arg=s.ptr_arg, count_arg=s.count_arg)
+                        for s in self.streams]
+            + [{"kind": "memory", "port": master, "member": master, "bank": banks[master],
+                "data_bits": sig.data_width, "ptr_arg": self._memory_arg(master),
+                "direction": "read" if not sig.write else "read/write"}
+               for master, sig in self.memories],
         }
 
     def elaborate(self, platform):
@@ -276,6 +309,8 @@ class MemoryKernel(wiring.Component):
         start = Signal()
         m.d.comb += start.eq(ctrl.start & ~running)
         finished = [self._stream(m, ctrl, s, start) for s in self.streams]
+        for name, sig in self.memories:
+            self._pass_through(m, ctrl, name, sig)
         done = Signal()
         m.d.comb += [done.eq(running & Cat(*finished).all()),
                      ctrl.done.eq(done), ctrl.idle.eq(~running)]
@@ -284,6 +319,19 @@ class MemoryKernel(wiring.Component):
         with m.Elif(done):
             m.d.sync += running.eq(0)
         return m
+
+    def _pass_through(self, m, ctrl, name, sig):
+        """Connect the core's master ``name`` to the kernel port, adding the base argument."""
+        inner, outer = getattr(self._core, name), getattr(self, name)
+        base = getattr(ctrl.args, self._memory_arg(name))
+        for signal, member in sig.members.items():
+            i, o = getattr(inner, signal), getattr(outer, signal)
+            if signal in ("araddr", "awaddr"):
+                m.d.comb += o.eq(i + base)
+            elif member.flow == Out:
+                m.d.comb += o.eq(i)
+            else:
+                m.d.comb += i.eq(o)
 
     def _stream(self, m, ctrl, s, start):
         """Master, width converter and record gate of stream ``s``; returns its done flag."""

@@ -234,6 +234,15 @@ class ChamVSNode(wiring.Component):
             members[name] = Out(32)
         super().__init__(members)
 
+    @property
+    def memory_banks(self):
+        """``{m_axi_ch<c>: bank}``: channel ``c`` of the node is the board's memory bank ``c``
+        (``DDR[c]`` on u250), where the host loads that channel's image."""
+        mem = self.config.memory
+        if not mem.vitis_bank:
+            return {}
+        return {f"m_axi_ch{ch}": mem.bank(ch) for ch in range(self.config.n_channels)}
+
     def elaborate(self, platform):
         c = self.config
         m = Module()
