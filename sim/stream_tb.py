@@ -37,6 +37,45 @@ def _pauses(rng, probability):
         yield rng.random() < probability
 
 
+_SIDEBANDS = ("tkeep", "tdest", "tid", "tuser")
+
+
+def _to_frame(beats, source):
+    """A job frame (TDATA words, or dicts of TDATA and sideband values per beat) as a
+    cocotbext-axi frame: per-byte lists when the port has TKEEP, sidebands repeated per byte."""
+    if not beats or not isinstance(beats[0], dict):
+        return AxiStreamFrame(beats)
+    lanes, size = source.byte_lanes, source.byte_size
+    mask = (1 << size) - 1
+    tdata, side = [], {sig: [] for sig in _SIDEBANDS}
+    for beat in beats:
+        for lane in range(lanes):
+            tdata.append((beat["tdata"] >> (lane * size)) & mask)
+            side["tkeep"].append((beat.get("tkeep", (1 << lanes) - 1) >> lane) & 1)
+            for sig in ("tdest", "tid", "tuser"):
+                side[sig].append(beat.get(sig, 0))
+    return AxiStreamFrame(bytearray(tdata) if size == 8 else tdata, **side)
+
+
+def _from_frame(frame, sink):
+    """Inverse of :func:`_to_frame` for a received frame (not compacted)."""
+    present = [sig for sig in _SIDEBANDS if hasattr(sink.bus, sig)]
+    if not present:
+        return [int(w) for w in frame.tdata]
+    lanes, size = sink.byte_lanes, sink.byte_size
+    beats = []
+    for k in range(0, len(frame.tdata), lanes):
+        beat = {"tdata": sum(int(frame.tdata[k + lane]) << (lane * size)
+                             for lane in range(lanes))}
+        if "tkeep" in present:
+            beat["tkeep"] = sum(int(frame.tkeep[k + lane]) << lane for lane in range(lanes))
+        for sig in ("tdest", "tid", "tuser"):
+            if sig in present:
+                beat[sig] = int(getattr(frame, sig)[k])
+        beats.append(beat)
+    return beats
+
+
 class StreamBench:
     """Clock, reset, and one cocotbext-axi model per stream port of ``dut``."""
 
@@ -49,7 +88,8 @@ class StreamBench:
         for port in job["ports"]:
             bus = AxiStreamBus.from_prefix(dut, port["port"])
             cls = AxiStreamSource if port["direction"] == "in" else AxiStreamSink
-            model = cls(bus, dut.ap_clk, dut.ap_rst_n, reset_active_level=False, byte_lanes=1)
+            lanes = {} if hasattr(bus, "tkeep") else {"byte_lanes": 1}   # TKEEP: per byte
+            model = cls(bus, dut.ap_clk, dut.ap_rst_n, reset_active_level=False, **lanes)
             model.log.setLevel("WARNING")
             if job["stall"] > 0:
                 model.set_pause_generator(_pauses(random.Random(self.rng.random()), job["stall"]))
@@ -95,7 +135,7 @@ async def run_stream_job(dut):
             source = tb.sources[port["port"]]
             frames = port["frames"]
             for frame in frames:
-                source.send_nowait(AxiStreamFrame(frame))
+                source.send_nowait(_to_frame(frame, source))
 
     expected = {p["port"]: p["beats"] for p in job["ports"] if p["direction"] == "out"}
     sample = job.get("sample")
@@ -141,7 +181,7 @@ async def run_stream_job(dut):
     for name, sink in tb.sinks.items():
         frames = []
         while not sink.empty():
-            frames.append([int(w) for w in sink.recv_nowait().tdata])
+            frames.append(_from_frame(sink.recv_nowait(compact=False), sink))
         outputs[name] = frames
     result = {
         "cycles_run": cycle,

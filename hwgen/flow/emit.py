@@ -28,7 +28,7 @@ from amaranth.hdl import ClockDomain, Module, Shape, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .ports import StreamFormat
+from .ports import SIDEBANDS, StreamFormat
 
 __all__ = ["AXISTop", "emit_verilog", "stream_port_name", "drop_zero_memory_init"]
 
@@ -98,6 +98,8 @@ class AXISTop(wiring.Component):
                 members[f"{prefix}_tready"] = back(1)
                 if fmt.has_last:
                     members[f"{prefix}_tlast"] = fwd(1)
+                for field, bits in fmt.sidebands:
+                    members[f"{prefix}_{SIDEBANDS[field]}"] = fwd(bits)
             elif member.is_signature:
                 flip = member.flow == In
                 for path, sub in member.signature.members.flatten():
@@ -140,6 +142,9 @@ class AXISTop(wiring.Component):
                         tdata[f.offset:f.offset + f.width])
                 if fmt.has_last:
                     m.d.comb += port.payload.last.eq(getattr(self, f"{prefix}_tlast"))
+                for field, _ in fmt.sidebands:
+                    m.d.comb += getattr(port.payload, field).eq(
+                        getattr(self, f"{prefix}_{SIDEBANDS[field]}"))
             else:
                 m.d.comb += [getattr(self, f"{prefix}_tvalid").eq(port.valid),
                              port.ready.eq(getattr(self, f"{prefix}_tready"))]
@@ -148,6 +153,9 @@ class AXISTop(wiring.Component):
                         Value.cast(getattr(port.payload, f.name)))
                 if fmt.has_last:
                     m.d.comb += getattr(self, f"{prefix}_tlast").eq(port.payload.last)
+                for field, _ in fmt.sidebands:
+                    m.d.comb += getattr(self, f"{prefix}_{SIDEBANDS[field]}").eq(
+                        getattr(port.payload, field))
 
         for port, path, flow in self._plain:
             inner = _resolve(core, path)

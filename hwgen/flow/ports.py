@@ -2,8 +2,10 @@
 
 A stream payload is a flat :class:`amaranth.lib.data.StructLayout` whose fields are scalars or
 one-dimensional :class:`~amaranth.lib.data.ArrayLayout`\\ s of scalars. A field named ``last``
-(1 bit) travels on TLAST; every other field is packed into TDATA in declaration order, least
-significant bits first, array element 0 lowest. TDATA is padded with zeros to a whole number of
+(1 bit) travels on TLAST, and unsigned scalar fields named ``keep``, ``dest``, ``id`` and ``user``
+travel on TKEEP, TDEST, TID and TUSER (packet streams, see :mod:`hwgen.cluster.packet`); every
+other field is packed into TDATA in declaration order, least significant bits first, array
+element 0 lowest. A stream with a ``keep`` field has one TKEEP bit per TDATA byte. TDATA is padded with zeros to a whole number of
 bytes. :class:`StreamFormat` records this and packs/unpacks beats on the host side; it is written
 into ``ports.json`` so that drivers outside hwgen can do the same.
 """
@@ -13,7 +15,10 @@ from dataclasses import dataclass
 from amaranth.hdl import Shape
 from amaranth.lib import data
 
-__all__ = ["Field", "StreamFormat"]
+__all__ = ["Field", "StreamFormat", "SIDEBANDS"]
+
+#: Payload field name -> the AXI-Stream sideband signal that carries it.
+SIDEBANDS = {"keep": "tkeep", "dest": "tdest", "id": "tid", "user": "tuser"}
 
 
 @dataclass(frozen=True)
@@ -48,18 +53,25 @@ class StreamFormat:
     fields: tuple
     tdata_bits: int
     has_last: bool
+    sidebands: tuple = ()   # ((field name, bits), ...) carried on TKEEP/TDEST/TID/TUSER
 
     @classmethod
     def from_shape(cls, shape):
         """Describe an Amaranth payload layout."""
         if not isinstance(shape, data.StructLayout):
             raise TypeError(f"stream payloads must be data.StructLayout, not {shape!r}")
-        fields, offset, has_last = [], 0, False
+        fields, offset, has_last, sidebands = [], 0, False, []
         for name, member in shape:
             if name == "last":
                 if member.width != 1:
                     raise TypeError("payload field 'last' must be 1 bit wide")
                 has_last = True
+                continue
+            if name in SIDEBANDS:
+                bits, signed = _scalar(member.shape, name)
+                if signed:
+                    raise TypeError(f"sideband payload field {name!r} must be unsigned")
+                sidebands.append((name, bits))
                 continue
             sub = member.shape
             if isinstance(sub, data.ArrayLayout):
@@ -70,15 +82,28 @@ class StreamFormat:
                 fields.append(Field(name, offset, bits, 1, signed))
             offset += fields[-1].width
         tdata_bits = max(8, -(-offset // 8) * 8)
-        return cls(tuple(fields), tdata_bits, has_last)
+        keep = dict(sidebands).get("keep")
+        if keep is not None and keep * 8 != tdata_bits:
+            raise TypeError(f"payload field 'keep' has {keep} bits for {tdata_bits} TDATA bits "
+                            "(one per byte expected)")
+        return cls(tuple(fields), tdata_bits, has_last, tuple(sidebands))
 
     @classmethod
     def from_dict(cls, d):
-        return cls(tuple(Field(**f) for f in d["fields"]), d["tdata_bits"], d["tlast"])
+        return cls(tuple(Field(**f) for f in d["fields"]), d["tdata_bits"], d["tlast"],
+                   tuple((name, bits) for name, bits in d.get("sidebands", {}).items()))
 
     def to_dict(self):
-        return {"tdata_bits": self.tdata_bits, "tlast": self.has_last,
-                "fields": [f.to_dict() for f in self.fields]}
+        out = {"tdata_bits": self.tdata_bits, "tlast": self.has_last,
+               "fields": [f.to_dict() for f in self.fields]}
+        if self.sidebands:
+            out["sidebands"] = {name: bits for name, bits in self.sidebands}
+        return out
+
+    @property
+    def byte_lanes(self):
+        """TKEEP bits (1 when the stream has no ``keep`` field: TDATA is one unit)."""
+        return dict(self.sidebands).get("keep", 1)
 
     @property
     def data_bits(self):
@@ -93,8 +118,19 @@ class StreamFormat:
 
     # -- host-side packing ---------------------------------------------------------------------
 
+    def pack_sidebands(self, beat):
+        """``{signal name (tkeep, tdest, ...): value}`` of a beat's sideband fields."""
+        out = {}
+        for name, bits in self.sidebands:
+            v = int(beat[name])
+            if not 0 <= v < 1 << bits:
+                raise ValueError(f"field {name} = {v} outside 0..{(1 << bits) - 1}")
+            out[SIDEBANDS[name]] = v
+        return out
+
     def pack(self, beat):
-        """Pack a beat (mapping field name -> int or sequence of ints) into a TDATA integer.
+        """Pack a beat (mapping field name -> int or sequence of ints) into a TDATA integer
+        (sideband fields are left to :meth:`pack_sidebands`).
 
         Values are checked against their field's range; out-of-range values raise ValueError
         rather than being silently truncated.

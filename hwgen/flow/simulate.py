@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError, SimulationMismatch
 from .emit import emit_verilog
-from .ports import StreamFormat
+from .ports import SIDEBANDS, StreamFormat
 from .tools import cache_dir
 from .verilator import run_testbench, verilate
 
@@ -67,8 +67,11 @@ def port_of_result(formats, model):
 
 
 def _frames(beats, fmt):
-    """Group packed words into AXI-Stream frames at beats with ``last`` set."""
+    """Group packed words into AXI-Stream frames at beats with ``last`` set. A beat of a
+    stream with sideband fields is ``{"tdata": word, "tkeep": ..., "tdest": ...}``."""
     words = [fmt.pack(b) for b in beats]
+    if fmt.sidebands:
+        words = [{"tdata": w, **fmt.pack_sidebands(b)} for w, b in zip(words, beats)]
     if not fmt.has_last:
         return [words] if words else []
     frames, current = [], []
@@ -85,9 +88,14 @@ def _frames(beats, fmt):
 def _received_beats(frames, fmt):
     """Unpack the testbench's frames; TLAST (end of each frame) becomes the ``last`` field."""
     beats = []
+    inverse = {signal: name for name, signal in SIDEBANDS.items()}
     for frame in frames:
         for k, word in enumerate(frame):
-            beat = fmt.unpack(word)
+            if isinstance(word, dict):          # a beat with sideband signals
+                beat = fmt.unpack(word["tdata"])
+                beat.update({inverse[sig]: v for sig, v in word.items() if sig != "tdata"})
+            else:
+                beat = fmt.unpack(word)
             if fmt.has_last:
                 beat["last"] = int(k == len(frame) - 1)
             beats.append(beat)
@@ -95,7 +103,8 @@ def _received_beats(frames, fmt):
 
 
 def _normalise(beat, fmt):
-    names = [f.name for f in fmt.fields] + (["last"] if fmt.has_last else [])
+    names = [f.name for f in fmt.fields] + (["last"] if fmt.has_last else []) + \
+        [name for name, _ in fmt.sidebands]
     return {n: (list(map(int, beat[n])) if isinstance(beat[n], (list, tuple, np.ndarray))
                 else int(beat[n])) for n in names}
 
