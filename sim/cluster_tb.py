@@ -1,0 +1,100 @@
+"""cocotb testbench of one FPGA of a multi-FPGA simulation (run by ``hwgen.cluster.netsim``).
+
+The job names the FPGA top's kernel-side stream ports (driven from frames / collected, as in
+``sim/stream_tb.py``, with the same random gaps and backpressure) and its network port pair,
+which is bridged to the network hub over UDP on loopback: each frame leaving the network output
+port is sent as one datagram addressed to the node address found in the frame's first beat
+(``job["net"]["dst"]``: sideband or TDATA bits), and each datagram arriving from the hub is
+driven into the network input port.
+
+Job entries beyond ``stream_tb``'s: ``address`` (this node), ``hub_port``, ``net`` (``{"out":
+prefix, "in": prefix, "dst": {"signal": "tdata"|"tdest"|"tid"|"tuser", "offset", "bits"}}``),
+``expect`` (``{port: beats}`` the kernels should receive, or absent), ``stop_file`` (the host
+creates it when the whole cluster has settled) and ``progress_file`` (written every 256 cycles).
+"""
+
+import json
+import os
+import socket
+
+import cocotb
+from cocotb.triggers import RisingEdge
+
+from sim.stream_tb import StreamBench, _from_frame, _to_frame
+
+POLL_CYCLES = 16
+STATUS_CYCLES = 256
+
+
+@cocotb.test()
+async def run_cluster_node(dut):
+    with open(os.environ["HWGEN_JOB"]) as f:
+        job = json.load(f)
+    net = job["net"]
+    ports = job["ports"] + [{"port": net["out"], "direction": "out"},
+                            {"port": net["in"], "direction": "in", "frames": []}]
+    tb = StreamBench(dut, dict(job, ports=ports))
+    await tb.reset()
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    hub = ("127.0.0.1", job["hub_port"])
+    sock.sendto(json.dumps({"hello": job["address"]}).encode(), hub)
+
+    kernel_in = [p["port"] for p in job["ports"] if p["direction"] == "in"]
+    kernel_out = [p["port"] for p in job["ports"] if p["direction"] == "out"]
+    for p in job["ports"]:
+        if p["direction"] == "in":
+            for frame in p["frames"]:
+                tb.sources[p["port"]].send_nowait(_to_frame(frame, tb.sources[p["port"]]))
+    received = {p: [] for p in kernel_out}
+    expect = job.get("expect")
+    net_out, net_in = tb.sinks[net["out"]], tb.sources[net["in"]]
+    dst = net["dst"]
+    sent = arrived = seq = 0
+    cycle, clk = 0, RisingEdge(dut.ap_clk)
+    while True:
+        await clk
+        cycle += 1
+        if cycle % POLL_CYCLES:
+            continue
+        while not net_out.empty():
+            beats = _from_frame(net_out.recv_nowait(compact=False), net_out)
+            addr = (beats[0][dst["signal"]] >> dst.get("offset", 0)) & ((1 << dst["bits"]) - 1)
+            seq += 1
+            sock.sendto(json.dumps({"src": job["address"], "dst": addr, "seq": seq,
+                                    "beats": beats}).encode(), hub)
+            sent += 1
+        while True:
+            try:
+                raw = sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            net_in.send_nowait(_to_frame(json.loads(raw)["beats"], net_in))
+            arrived += 1
+        for port in kernel_out:
+            sink = tb.sinks[port]
+            while not sink.empty():
+                received[port].append(_from_frame(sink.recv_nowait(compact=False), sink))
+        if cycle % STATUS_CYCLES == 0:
+            got = {p: sum(len(f) for f in received[p]) for p in kernel_out}
+            status = {
+                "cycle": cycle, "sent": sent, "arrived": arrived,
+                "received": sum(got.values()),
+                "complete": bool(expect) and all(got[p] >= n for p, n in expect.items()),
+                "sources_idle": all(tb.sources[p].idle() for p in kernel_in + [net["in"]])
+                and net_out.empty(),
+            }
+            tmp = job["progress_file"] + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(status, f)
+            os.replace(tmp, job["progress_file"])
+            if os.path.exists(job["stop_file"]) or cycle >= job["timeout_cycles"]:
+                break
+    sock.close()
+    result = {"cycles_run": cycle, "timeout": cycle >= job["timeout_cycles"],
+              "outputs": received, "sent": sent, "arrived": arrived}
+    with open(os.environ["HWGEN_RESULT"], "w") as f:
+        json.dump(result, f)
