@@ -4,8 +4,10 @@ The job names the FPGA top's kernel-side stream ports (driven from frames / coll
 ``sim/stream_tb.py``, with the same random gaps and backpressure) and its network port pair,
 which is bridged to the network hub over UDP on loopback: each frame leaving the network output
 port is sent as one datagram addressed to the node address found in the frame's first beat
-(``job["net"]["dst"]``: sideband or TDATA bits), and each datagram arriving from the hub is
-driven into the network input port.
+(``job["net"]["dst"]``: ``{"signal": "tdata"|"tdest"|"tid"|"tuser", "offset", "bits"}`` for
+bits of the beat, or ``{"port": name}`` for a top-level signal valid with the first beat, such
+as the router's ``net_addr``), and each datagram arriving from the hub is driven into the
+network input port.
 
 Job entries beyond ``stream_tb``'s: ``address`` (this node), ``hub_port``, ``net`` (``{"out":
 prefix, "in": prefix, "dst": {"signal": "tdata"|"tdest"|"tid"|"tuser", "offset", "bits"}}``),
@@ -53,16 +55,28 @@ async def run_cluster_node(dut):
     expect = job.get("expect")
     net_out, net_in = tb.sinks[net["out"]], tb.sources[net["in"]]
     dst = net["dst"]
+    addr_signal = getattr(dut, dst["port"]) if "port" in dst else None
+    out_valid, out_ready = (getattr(dut, f"{net['out']}_{s}") for s in ("tvalid", "tready"))
+    out_last = getattr(dut, f"{net['out']}_tlast")
+    addresses, in_frame = [], False        # net_addr at the first beat of each frame
     sent = arrived = seq = 0
     cycle, clk = 0, RisingEdge(dut.ap_clk)
     while True:
         await clk
         cycle += 1
+        if addr_signal is not None and out_valid.value and out_ready.value:
+            if not in_frame:
+                addresses.append(int(addr_signal.value))
+            in_frame = not out_last.value
         if cycle % POLL_CYCLES:
             continue
         while not net_out.empty():
             beats = _from_frame(net_out.recv_nowait(compact=False), net_out)
-            addr = (beats[0][dst["signal"]] >> dst.get("offset", 0)) & ((1 << dst["bits"]) - 1)
+            if addr_signal is not None:
+                addr = addresses.pop(0)
+            else:
+                addr = (beats[0][dst["signal"]] >> dst.get("offset", 0)) & \
+                    ((1 << dst["bits"]) - 1)
             seq += 1
             sock.sendto(json.dumps({"src": job["address"], "dst": addr, "seq": seq,
                                     "beats": beats}).encode(), hub)
