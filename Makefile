@@ -9,6 +9,9 @@ BOARD   ?= u280
 STALL   ?= 0.2
 SEED    ?= 1
 PYTEST_ARGS ?=
+# command:Debian package pairs installed by `make setup` when missing (as root): yosys for
+# resource reports, graphviz for cluster graph pictures.
+DEBIAN_TOOLS := yosys:yosys dot:graphviz
 
 # Names of the registered accelerators; registry.py imports nothing outside the standard
 # library, so the system Python can read it before the venv exists.
@@ -20,11 +23,13 @@ ACCELERATORS := $(shell $(PYTHON) -c "import sys; sys.path.insert(0, '.'); \
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	@command -v yosys >/dev/null 2>&1 || { \
+	@missing=""; for tool in $(DEBIAN_TOOLS); do \
+	  command -v $${tool%%:*} >/dev/null 2>&1 || missing="$$missing $${tool#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing Debian's yosys"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq yosys >/dev/null; \
-	  else echo "warning: yosys not found and not root: synthesis tests will be skipped"; fi; }
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "warning: not root, missing Debian packages:$$missing (tests needing them skip)"; fi; fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

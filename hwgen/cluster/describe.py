@@ -1,0 +1,408 @@
+"""Cluster and layer description files of the Cluster Builder (multi-FPGA I-BERT paper, sec. 6).
+
+Two JSON files describe an application, as in the paper:
+
+**Layer description** (which kernels exist and how they connect)::
+
+    {"name": "...",
+     "layers": [{"name": "q", "count": 1, "label": "Linear+Quant",
+                 "modules": [{"kind": "ibert-linear", "params": {...}},
+                             {"kind": "ibert-requant", "params": {...}}]}, ...],
+     "connections": [{"name": "scatter_q", "from": "q", "to": "attn_dot", "gmi": "scatter",
+                      "params": {"length": 64}}, ...]}
+
+A layer is ``count`` identical compute kernels (instances ``name[0]`` ... ; with ``count`` 1
+the instance is just ``name``); each kernel is a chain of ``modules``, each a registered hwgen
+accelerator (``hwgen list``) with its parameters (checked by the accelerator's config class).
+A connection goes ``from`` one or more instances (a layer name means all its instances, or
+``name[i]``; ``input`` is what arrives at the cluster's gateway from another cluster) ``to``
+one or more (``output``: the cluster's output, sent to another cluster). Its ``gmi`` is
+``broadcast`` or ``scatter`` for a fan-out (one sender, several receivers), ``gather`` or
+``reduce`` for a fan-in; without ``gmi``, equal counts connect pairwise (``a[i] -> b[i]``) and
+1 -> 1 is point-to-point. ``params`` go to the GMI kernel's config (``length``, ``elem_bits``,
+``op``). A GMI connection from ``input`` becomes a *virtual* kernel inside the gateway.
+
+**Cluster description** (where everything goes)::
+
+    {"name": "...", "data_bits": 64, "layers": "file.layers.json",
+     "clusters": [{"id": 0, "name": "encoder0", "reserved_ids": {"33": "why"},
+                   "output": {"cluster": 1, "kernel": 39},
+                   "fpgas": [{"name": "fpga1", "board": "sidewinder", "ip": "10.0.0.1",
+                              "kernels": ["gateway", "q", "scatter_q", ...]}, ...]}]}
+
+``layers`` (a path relative to the cluster description, or an inline object) may be given per
+cluster. ``kernels`` lists instance references, layer names, GMI connection names and
+``gateway`` (exactly once per cluster); a GMI kernel not listed is placed with its sender
+(broadcast, scatter) or its receiver (gather, reduce). ``reserved_ids`` are kernel ids the
+builder leaves unassigned (their routing entries stay invalid).
+
+:func:`load` parses and validates both; every problem raises
+:class:`~hwgen.errors.ConfigError` naming the offending field by its JSON path
+(``clusters[0].fpgas[2].ip``).
+"""
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+
+__all__ = ["Module", "Layer", "Connection", "LayerDescription", "FPGA", "Cluster",
+           "Description", "load", "parse", "parse_layers", "GMI_KINDS", "FAN_OUT", "FAN_IN",
+           "MAX_KERNELS", "MAX_CLUSTERS", "DESCRIPTIONS_DIR"]
+
+GMI_KINDS = ("broadcast", "scatter", "gather", "reduce")
+FAN_OUT = ("broadcast", "scatter")
+FAN_IN = ("gather", "reduce")
+#: Kernel ids per cluster (8-bit TDEST) and cluster ids (8-bit), paper sec. 4.
+MAX_KERNELS = 256
+MAX_CLUSTERS = 256
+DESCRIPTIONS_DIR = Path(__file__).parent / "descriptions"
+
+_REF = re.compile(r"^([A-Za-z_][\w-]*)(?:\[(\d+)\])?$")
+
+
+@dataclass(frozen=True)
+class Module:
+    kind: str
+    params: dict
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    count: int
+    modules: tuple
+    label: str
+
+    def instances(self):
+        return [self.name] if self.count == 1 else [f"{self.name}[{i}]" for i in range(self.count)]
+
+
+@dataclass(frozen=True)
+class Connection:
+    index: int
+    name: str
+    src: tuple          # instance names, or ("input",)
+    dst: tuple          # instance names, or ("output",)
+    gmi: object         # None or one of GMI_KINDS
+    params: dict
+
+    @property
+    def virtual(self):
+        return self.gmi is not None and self.src == ("input",)
+
+
+@dataclass(frozen=True)
+class LayerDescription:
+    name: str
+    layers: tuple
+    connections: tuple
+
+    def instances(self):
+        return [i for layer in self.layers for i in layer.instances()]
+
+    def layer_of(self, instance):
+        return next(l for l in self.layers if instance in l.instances())
+
+
+@dataclass(frozen=True)
+class FPGA:
+    name: str
+    board: str
+    ip: str
+    kernels: tuple      # references as written
+
+
+@dataclass(frozen=True)
+class Cluster:
+    id: int
+    name: str
+    fpgas: tuple
+    layers: LayerDescription
+    reserved_ids: dict = field(default_factory=dict)
+    output: object = None      # {"cluster": c, "kernel": k} or None
+
+
+@dataclass(frozen=True)
+class Description:
+    name: str
+    data_bits: int
+    clusters: tuple
+    path: object = None
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+def _need(obj, key, where, kind=None):
+    if not isinstance(obj, dict) or key not in obj:
+        raise ConfigError(f"{where}.{key}" if where else key, "missing")
+    value = obj[key]
+    if kind is not None and not (isinstance(value, kind) and not isinstance(value, bool)
+                                 or kind is bool and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ConfigError(f"{where}.{key}" if where else key, f"must be a {names}", value=value)
+    return value
+
+
+def _unknown_keys(obj, allowed, where):
+    for key in obj:
+        if key not in allowed:
+            raise ConfigError(f"{where}.{key}" if where else key,
+                              "unknown field; known fields: " + ", ".join(allowed))
+
+
+def _name(value, where):
+    if not isinstance(value, str) or not _REF.match(value) or "[" in value:
+        raise ConfigError(where, "must be a name (letters, digits, _ and -)", value=value)
+    if value in ("input", "output", "gateway"):
+        raise ConfigError(where, "is a reserved name", value=value)
+    return value
+
+
+def _load_json(path, what):
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError(what, f"cannot read: {e.strerror}", value=str(path)) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(what, f"not valid JSON ({e.msg} at line {e.lineno})",
+                          value=str(path)) from None
+
+
+# -- layer description ----------------------------------------------------------------------
+
+def _check_module(kind, params, where):
+    from .. import registry
+    if kind not in registry.ACCELERATORS:
+        raise ConfigError(f"{where}.kind", "unknown kernel kind; see `hwgen list` (e.g. "
+                          + ", ".join(n for n in registry.ACCELERATORS if n.startswith("ibert"))
+                          + ")", value=kind)
+    if not isinstance(params, dict):
+        raise ConfigError(f"{where}.params", "must be an object", value=params)
+    try:
+        registry.get(kind).config.from_dict(params)
+    except ConfigError as e:
+        raise ConfigError(f"{where}.params.{e.param}", str(e).split(": ", 1)[-1],
+                          value=e.value) from None
+
+
+def parse_layers(obj, where="layers"):
+    """A :class:`LayerDescription` from the layer description's JSON object."""
+    if not isinstance(obj, dict):
+        raise ConfigError(where, "must be a JSON object")
+    _unknown_keys(obj, ("name", "layers", "connections", "comment"), where)
+    pre = f"{where}." if where != "layers" else ""
+    layers, seen = [], {}
+    for i, lobj in enumerate(_need(obj, "layers", where, list)):
+        w = f"{pre}layers[{i}]"
+        if not isinstance(lobj, dict):
+            raise ConfigError(w, "must be an object")
+        _unknown_keys(lobj, ("name", "count", "label", "modules", "comment"), w)
+        name = _name(_need(lobj, "name", w), f"{w}.name")
+        if name in seen:
+            raise ConfigError(f"{w}.name", "duplicate layer name", value=name)
+        count = lobj.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 255:
+            raise ConfigError(f"{w}.count", "must be an integer in 1..255", value=count)
+        mods = _need(lobj, "modules", w, list)
+        if not mods:
+            raise ConfigError(f"{w}.modules", "needs at least one module")
+        modules = []
+        for j, m in enumerate(mods):
+            mw = f"{w}.modules[{j}]"
+            if not isinstance(m, dict):
+                raise ConfigError(mw, "must be an object")
+            _unknown_keys(m, ("kind", "params"), mw)
+            kind = _need(m, "kind", mw, str)
+            params = m.get("params", {})
+            _check_module(kind, params, mw)
+            modules.append(Module(kind, dict(params)))
+        label = lobj.get("label", "+".join(m.kind for m in modules))
+        layer = Layer(name, count, tuple(modules), label)
+        seen[name] = layer
+        layers.append(layer)
+    instances = {i for l in layers for i in l.instances()}
+
+    def refs(value, w, end):
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            raise ConfigError(w, "names no kernel")
+        out = []
+        for item in items:
+            if item == end:
+                if len(items) != 1:
+                    raise ConfigError(w, f"`{end}` stands alone", value=value)
+                return (end,)
+            m = _REF.match(item) if isinstance(item, str) else None
+            if m is None or m.group(1) not in seen:
+                raise ConfigError(w, "names no layer of the description (layers: "
+                                  + ", ".join(seen) + f", or {end})", value=item)
+            layer = seen[m.group(1)]
+            if m.group(2) is None:
+                out.extend(layer.instances())
+            elif item in instances:
+                out.append(item)
+            else:
+                raise ConfigError(w, f"layer {layer.name} has {layer.count} instance(s)",
+                                  value=item)
+        if len(set(out)) != len(out):
+            raise ConfigError(w, "names a kernel twice", value=value)
+        return tuple(out)
+
+    connections, names = [], set(seen)
+    for i, cobj in enumerate(obj.get("connections", [])):
+        w = f"{pre}connections[{i}]"
+        if not isinstance(cobj, dict):
+            raise ConfigError(w, "must be an object")
+        _unknown_keys(cobj, ("name", "from", "to", "gmi", "params", "comment"), w)
+        src = refs(_need(cobj, "from", w), f"{w}.from", "input")
+        dst = refs(_need(cobj, "to", w), f"{w}.to", "output")
+        gmi = cobj.get("gmi")
+        if gmi is not None and gmi not in GMI_KINDS:
+            raise ConfigError(f"{w}.gmi", "must be one of " + ", ".join(GMI_KINDS), value=gmi)
+        if gmi in FAN_OUT and len(src) != 1:
+            raise ConfigError(f"{w}.from", f"a {gmi} has one sender", value=cobj["from"])
+        if gmi in FAN_IN and (len(dst) != 1 or dst == ("output",)):
+            raise ConfigError(f"{w}.to", f"a {gmi} has one receiver kernel", value=cobj["to"])
+        if gmi in FAN_IN and src == ("input",):
+            raise ConfigError(f"{w}.from", f"a {gmi} needs several sender kernels")
+        if gmi in FAN_OUT and dst == ("output",):
+            raise ConfigError(f"{w}.to", f"a {gmi} needs several receiver kernels")
+        if gmi is None and len(src) != len(dst) and 1 not in (len(src), len(dst)):
+            raise ConfigError(f"{w}.to", f"{len(src)} senders and {len(dst)} receivers "
+                              "connect neither pairwise nor through a GMI kernel")
+        if gmi is None and len(src) != len(dst):
+            need = "broadcast or scatter" if len(src) == 1 else "gather or reduce"
+            raise ConfigError(f"{w}.gmi", f"a fan-{'out' if len(src) == 1 else 'in'} of "
+                              f"{len(src)} -> {len(dst)} kernels needs a GMI kernel ({need})")
+        if gmi is None and src == ("input",) and dst != ("output",) and len(dst) != 1:
+            raise ConfigError(f"{w}.gmi", "input to several kernels needs a GMI kernel")
+        default_name = f"{gmi}_{i}" if gmi else f"conn_{i}"
+        name = _name(cobj.get("name", default_name), f"{w}.name")
+        if gmi and name in names:
+            raise ConfigError(f"{w}.name", "duplicate name (layers and GMI kernels share "
+                              "one name space)", value=name)
+        names.add(name)
+        params = cobj.get("params", {})
+        if not isinstance(params, dict):
+            raise ConfigError(f"{w}.params", "must be an object", value=params)
+        if params and gmi is None:
+            raise ConfigError(f"{w}.params", "parameters belong to GMI connections")
+        connections.append(Connection(i, name, src, dst, gmi, dict(params)))
+    return LayerDescription(obj.get("name", ""), tuple(layers), tuple(connections))
+
+
+# -- cluster description --------------------------------------------------------------------
+
+def parse(obj, base_dir=None, path=None):
+    """A :class:`Description` from the cluster description's JSON object; ``layers`` paths are
+    relative to ``base_dir``."""
+    from ..boards import board_names
+    if not isinstance(obj, dict):
+        raise ConfigError("description", "must be a JSON object")
+    _unknown_keys(obj, ("name", "data_bits", "layers", "clusters", "comment"), "")
+    data_bits = obj.get("data_bits", 64)
+    if data_bits not in (64, 512):
+        raise ConfigError("data_bits", "must be one of 64, 512", value=data_bits)
+    base = Path(base_dir) if base_dir else Path(".")
+    cache = {}
+
+    def layers_of(value, where):
+        if isinstance(value, dict):
+            return parse_layers(value, where)
+        if isinstance(value, str):
+            if value not in cache:
+                cache[value] = parse_layers(_load_json(base / value, where), "layers")
+            return cache[value]
+        raise ConfigError(where, "must be a file name or a layer description object",
+                          value=value)
+
+    default_layers = obj.get("layers")
+    clusters, ids, ips = [], {}, {}
+    for i, cobj in enumerate(_need(obj, "clusters", "", list)):
+        w = f"clusters[{i}]"
+        if not isinstance(cobj, dict):
+            raise ConfigError(w, "must be an object")
+        _unknown_keys(cobj, ("id", "name", "layers", "fpgas", "reserved_ids", "output",
+                             "comment"), w)
+        cid = _need(cobj, "id", w, int)
+        if not 0 <= cid < MAX_CLUSTERS:
+            raise ConfigError(f"{w}.id", f"must be an integer in 0..{MAX_CLUSTERS - 1}",
+                              value=cid)
+        if cid in ids:
+            raise ConfigError(f"{w}.id", f"duplicate cluster id (also clusters[{ids[cid]}])",
+                              value=cid)
+        ids[cid] = i
+        lval = cobj.get("layers", default_layers)
+        if lval is None:
+            raise ConfigError(f"{w}.layers", "missing (no layer description for this cluster)")
+        layers = layers_of(lval, f"{w}.layers")
+        reserved = {}
+        for key, why in cobj.get("reserved_ids", {}).items():
+            try:
+                kid = int(key)
+            except ValueError:
+                raise ConfigError(f"{w}.reserved_ids", "keys must be kernel ids",
+                                  value=key) from None
+            if not 1 <= kid < MAX_KERNELS:
+                raise ConfigError(f"{w}.reserved_ids", f"ids are 1..{MAX_KERNELS - 1} "
+                                  "(0 is the gateway)", value=kid)
+            reserved[kid] = str(why)
+        output = cobj.get("output")
+        if output is not None:
+            if not isinstance(output, dict):
+                raise ConfigError(f"{w}.output", "must be {\"cluster\": c, \"kernel\": k}")
+            for key, hi in (("cluster", MAX_CLUSTERS), ("kernel", MAX_KERNELS)):
+                v = _need(output, key, f"{w}.output", int)
+                if not 0 <= v < hi:
+                    raise ConfigError(f"{w}.output.{key}", f"must be in 0..{hi - 1}", value=v)
+        elif any(c.dst == ("output",) for c in layers.connections):
+            raise ConfigError(f"{w}.output", "missing: the layers send to `output`")
+        fpgas, fnames = [], set()
+        for j, fobj in enumerate(_need(cobj, "fpgas", w, list)):
+            fw = f"{w}.fpgas[{j}]"
+            if not isinstance(fobj, dict):
+                raise ConfigError(fw, "must be an object")
+            _unknown_keys(fobj, ("name", "board", "ip", "kernels", "comment"), fw)
+            fname = _name(_need(fobj, "name", fw, str), f"{fw}.name")
+            if fname in fnames:
+                raise ConfigError(f"{fw}.name", "duplicate FPGA name", value=fname)
+            fnames.add(fname)
+            board = _need(fobj, "board", fw, str)
+            if board not in board_names():
+                raise ConfigError(f"{fw}.board", "unknown board; one of "
+                                  + ", ".join(board_names()), value=board)
+            ip = _need(fobj, "ip", fw, str)
+            try:
+                ipaddress.IPv4Address(ip)
+            except ValueError:
+                raise ConfigError(f"{fw}.ip", "must be an IPv4 address", value=ip) from None
+            if ip in ips:
+                raise ConfigError(f"{fw}.ip", f"already used by {ips[ip]}", value=ip)
+            ips[ip] = fw
+            kernels = _need(fobj, "kernels", fw, list)
+            if len(kernels) > MAX_KERNELS:
+                raise ConfigError(f"{fw}.kernels", f"an FPGA holds at most {MAX_KERNELS} "
+                                  "kernels", value=len(kernels))
+            fpgas.append(FPGA(fname, board, ip, tuple(kernels)))
+        if not fpgas:
+            raise ConfigError(f"{w}.fpgas", "a cluster needs at least one FPGA")
+        clusters.append(Cluster(cid, cobj.get("name", f"cluster{cid}"), tuple(fpgas), layers,
+                                reserved, output))
+    if not clusters:
+        raise ConfigError("clusters", "needs at least one cluster")
+    return Description(obj.get("name", ""), data_bits, tuple(clusters), path)
+
+
+def load(path):
+    """Parse and validate the cluster description file ``path`` (a name of a shipped
+    description, e.g. ``ibert_encoder``, also works)."""
+    p = Path(path)
+    if not p.exists() and not p.suffix:
+        shipped = DESCRIPTIONS_DIR / f"{path}.json"
+        if shipped.exists():
+            p = shipped
+    return parse(_load_json(p, "description"), base_dir=p.parent, path=p)
