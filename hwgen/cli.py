@@ -142,9 +142,12 @@ def build(name, sets, config_file, board, out_dir, synth):
 @click.option("--nlist", type=int, help="chamvs-node: IVF lists (= --set nlist=N).")
 @click.option("--k", "k", type=int, help="chamvs-node: results per query (= --set k=N).")
 @click.option("--m", "m", type=int, help="chamvs-node: PQ sub-spaces (= --set m=N).")
+@click.option("--fuzz", type=int, help="cluster-router/cluster-gateway: N packets, about "
+              "30% malformed or to unknown destinations; prints the dropped/delivered "
+              "counters sampled from the simulation beside the golden model's.")
 @reports_errors
 def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, queries,
-        queries_count, nprobe, nlist, k, m):
+        queries_count, nprobe, nlist, k, m, fuzz):
     """Simulate the Verilog on Verilator and compare with the golden model."""
     from .flow.simulate import check, simulate
     acc = registry.get(name)
@@ -162,6 +165,10 @@ def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, que
     items = queries_count if queries_count is not None else items
     cfg = acc.make_config(sets, config_file, None)
     options = {key: val for key, val in data_opts.items() if val is not None}
+    if fuzz is not None:
+        if fuzz < 1:
+            raise ConfigError("fuzz", "must be at least 1 packet", value=fuzz)
+        options["fuzz"] = fuzz
     result = simulate(acc, cfg, items=items, seed=seed, stall=stall, waves=waves,
                       progress=sys.stderr.isatty(), log=_log, stimulus_options=options)
     if json_path:
@@ -173,6 +180,9 @@ def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, que
                + (f", {result['input_items_per_cycle']:.4f} input items/cycle within frames"
                   if result["input_items_per_cycle"] is not None else "")
                + f" (stall {stall:g}, seed {seed})")
+    if result.get("status_expected") is not None:
+        from .cluster.traffic import echo_status
+        echo_status(result, click.echo)
     if "recall" in result:
         _echo_node(result)
     if waves:
@@ -265,6 +275,46 @@ def bench_chamvs(queries):
         raise SimulationMismatch("the node disagreed with its golden model or its cycle model")
 
 
+@bench.command("cluster")
+@reports_errors
+def bench_cluster():
+    """Multi-FPGA I-BERT latency model: the paper's Table 2, Versal 860 us, hwgen's encoder."""
+    from .cluster.bench import bench_cluster as run_bench
+    if not run_bench(echo=click.echo):
+        raise SimulationMismatch("the Table 2 reproduction is off by more than 0.5%")
+
+
+@main.group()
+def cluster():
+    """Multi-FPGA clusters (Galapagos): the Cluster Builder."""
+
+
+@cluster.command("build")
+@click.argument("description")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output directory.")
+@click.option("--no-tops", is_flag=True, help="Skip the per-FPGA top-level Verilog.")
+@reports_errors
+def cluster_build(description, out_dir, no_tops):
+    """Build a cluster description (a JSON file, or a shipped name: ibert_encoder)."""
+    from .cluster.builder import build as run_build
+    result = run_build(description, Path(out_dir), tops=not no_tops, log=_log)
+    for line in result["summary"]:
+        click.echo(line)
+    click.echo(f"wrote {len(result['written'])} files to {out_dir}")
+
+
+@bench.command("recsys")
+@click.option("--no-sim", is_flag=True, help="Skip the simulations (model tables only).")
+@reports_errors
+def bench_recsys(no_sim):
+    """Recommendation: model vs simulation, lookup placement, predicted vs paper designs."""
+    from .recsys.bench import bench_recsys as run_bench
+    if not run_bench(echo=click.echo, simulate_blocks=not no_sim):
+        raise SimulationMismatch("a recsys block disagreed with its golden model or its "
+                                 "cycle model is off by more than 5%")
+
+
 @bench.command("queues")
 @reports_errors
 def bench_queues():
@@ -342,6 +392,35 @@ def partition(preset, model_file, board, nodes, dsp_per_pe, rate, link_gbps, out
         click.echo(f"wrote {len(plan.nodes)} node configurations to {out}")
     if plan.problems:
         raise ConfigError("nodes", "infeasible: " + "; ".join(plan.problems), value=nodes)
+
+
+@main.command("recsys-cluster-sim")
+@click.option("--preset", default="cluster-ctr", show_default=True, help="A named model.")
+@click.option("--nodes", type=int, default=2, show_default=True)
+@click.option("--latency-ns", type=float, default=1000.0, show_default=True,
+              help="One-way network latency.")
+@click.option("--gbps", type=float, default=100.0, show_default=True, help="Link bandwidth.")
+@click.option("--clock-mhz", type=float, default=135.0, show_default=True)
+@click.option("--items", type=int, default=40, show_default=True, help="Inferences.")
+@click.option("--stall", type=float, default=0.0, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False))
+@reports_errors
+def recsys_cluster_sim(preset, nodes, latency_ns, gbps, clock_mhz, items, stall, seed,
+                       json_path):
+    """Every node's top in Verilator, activations exchanged through a network model."""
+    from .recsys.multinode import Network, plan_cluster, report_lines, simulate_cluster
+    network = Network(latency_ns=latency_ns, gbps=gbps, clock_mhz=clock_mhz)
+    report = simulate_cluster(plan_cluster(preset, nodes), items=items, seed=seed,
+                              stall=stall, network=network, log=_log)
+    for line in report_lines(report):
+        click.echo(line)
+    if json_path:
+        _write_json(json_path, report)
+    if report["mismatches"] or report["block_mismatches"] or report["timeouts"]:
+        raise SimulationMismatch(f"{report['mismatches']} of {report['outputs']} outputs differ "
+                                 f"from the golden model ({report['block_mismatches']} block "
+                                 f"beats, {report['timeouts']} timeouts)")
 
 
 @main.command()

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["Table", "RecModel", "PRESETS", "preset", "paper_ctr", "small_ctr"]
+__all__ = ["Table", "RecModel", "PRESETS", "preset", "paper_ctr", "small_ctr", "cluster_ctr"]
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,20 @@ def small_ctr():
                     note="hwgen test model: odd table sizes, a single-row table")
 
 
-PRESETS = {"paper-ctr": paper_ctr, "small-ctr": small_ctr}
+def cluster_ctr():
+    """A model small enough to simulate split over 2 or 4 nodes (``hwgen recsys-cluster-sim``):
+    6 tables of odd dimensions (one of a single row), 5 dense features (concatenated length
+    35), hidden layers 29/13/7 and a 1-wide output, 8-bit throughout. Its layer work
+    35x29 : 29x13 : 13x7 rounds to the paper's 8:4:1."""
+    dims = (3, 7, 5, 2, 9, 4)
+    rows = (1, 37, 300, 1000, 20, 4096)
+    return RecModel(name="cluster-ctr", tables=tuple(Table(r, d) for r, d in zip(rows, dims)),
+                    dense=5, layers=(29, 13, 7, 1), weight_bits=8, act_bits=(8, 8, 8, 8),
+                    shifts=(9, 8, 8), seed=5,
+                    note="hwgen multi-node simulation model: odd sizes, work ratios 8:4:1")
+
+
+PRESETS = {"paper-ctr": paper_ctr, "small-ctr": small_ctr, "cluster-ctr": cluster_ctr}
 
 
 def preset(name):
