@@ -235,6 +235,58 @@ ACCELERATORS = {a.name: a for a in [
         default_items=200,
         test_configs_spec="hwgen.recsys.fc:TEST_CONFIGS",
     ),
+    Accelerator(
+        name="cluster-router",
+        summary="Galapagos router: kernel-id and cluster-id routing tables in on-chip memory "
+                "(config stream), packets to the kernel switch or the network, malformed and "
+                "unknown-destination packets dropped and counted",
+        config_path="hwgen.cluster.router:RouterConfig",
+        top_path="hwgen.cluster.router:Router",
+        model_path="hwgen.cluster.router:RouterModel",
+        default_items=200,
+        test_configs_spec="hwgen.cluster.router:TEST_CONFIGS",
+    ),
+    Accelerator(
+        name="gmi-header",
+        summary="GMI one-byte header attacher (sending to another cluster) and stripper, one "
+                "byte-realignment core",
+        config_path="hwgen.cluster.header:HeaderConfig",
+        top_path="hwgen.cluster.header:GMIHeader",
+        model_path="hwgen.cluster.header:HeaderModel",
+        default_items=200,
+        test_configs_spec="hwgen.cluster.header:TEST_CONFIGS",
+    ),
+    Accelerator(
+        name="cluster-gateway",
+        summary="Gateway kernel: packet decoder (strips the GMI header), virtual GMI kernels, "
+                "point-to-point forwarding, AXI-Stream switch; malformed traffic dropped and "
+                "counted",
+        config_path="hwgen.cluster.gateway:GatewayConfig",
+        top_path="hwgen.cluster.gateway:Gateway",
+        model_path="hwgen.cluster.gateway:GatewayModel",
+        default_items=200,
+        test_configs_spec="hwgen.cluster.gateway:TEST_CONFIGS",
+    ),
+] + [
+    Accelerator(
+        name=f"gmi-{kind}",
+        summary=summary,
+        config_path="hwgen.cluster.gmi:GMIConfig",
+        top_path=f"hwgen.cluster.gmi:{kind.capitalize()}",
+        model_path=f"hwgen.cluster.gmi:{kind.capitalize()}Model",
+        default_items=50,
+        test_items=30,
+        test_configs_spec="hwgen.cluster.gmi:TEST_CONFIGS",
+    )
+    for kind, summary in [
+        ("broadcast", "GMI broadcast kernel: each message to every group member (MPI_Bcast)"),
+        ("scatter", "GMI scatter kernel: members x length elements cut into one chunk per "
+                    "member (MPI_Scatter)"),
+        ("gather", "GMI gather kernel: one message per member, interleaved rounds, "
+                   "concatenated in member order to the root (MPI_Gather)"),
+        ("reduce", "GMI reduce kernel: elementwise sum (wrapping) or signed max over the "
+                   "members' messages to the root (MPI_Reduce)"),
+    ]
 ]}
 
 

@@ -1,0 +1,328 @@
+"""``cluster-gateway``: the gateway kernel (kernel 0) of a cluster (paper sections 4, 5).
+
+Inter-cluster packets arriving from the network pass, in order:
+
+1. **packet decoder**: a :class:`~hwgen.cluster.switch.PacketFilter` (drops and counts
+   malformed packets, and ``unknown`` ones: not inter-cluster, TDEST not this cluster, or a
+   header byte that is neither a local kernel nor a virtual kernel) followed by a
+   :class:`~hwgen.cluster.header.HeaderStripper` (TDEST := header byte, header removed);
+2. an AXI-Stream **switch** (:class:`~hwgen.cluster.switch.KernelSwitch`, one input): virtual
+   kernel ids to their GMI kernels, local kernel ids to the forwarding path;
+3. **virtual GMI kernels** (:func:`hwgen.cluster.gmi.gmi_component`, one per entry of
+   ``virtual``) whose members are the local kernels ``1 .. members``, and the **forwarding
+   module** for point-to-point traffic.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from . import golden as gmi_golden
+from .header import HeaderStripper
+from .packet import INTER_CLUSTER_BIT, Packet, attach_header, from_beats, packet_layout, \
+    strip_header, to_beats
+from .switch import COUNTER_BITS, DROP_KINDS, KernelSwitch, PacketFilter, SwitchConfig, \
+    status_name
+from .traffic import counter_report, filter_golden, fuzz_stream, random_payload
+
+__all__ = ["GatewayConfig", "Gateway", "GatewayModel", "TEST_CONFIGS", "GMI_DROPS"]
+
+#: GMI kernel counters compared with the golden model (``rounds`` lags behind output
+#: backpressure, so it is reported but not sampled as final).
+GMI_DROPS = ("drop_source", "drop_length", "drop_overrun")
+
+
+@dataclass(frozen=True)
+class GatewayConfig(Config):
+    """Gateway kernel parameters."""
+    data_bits: int = param(64, "TDATA width", choices=(64, 512))
+    members: int = param(4, "members of the virtual GMI kernels: local kernels 1..members",
+                         lo=1, hi=200)
+    length: int = param(16, "elements per member message of the GMI kernels", lo=1, hi=4096)
+    elem_bits: int = param(8, "GMI element bits", choices=(8, 16, 32))
+    op: str = param("sum", "reduce operation", choices=("sum", "max"))
+    kernels: int = param(0, "local kernels 1..kernels reachable point to point "
+                            "(0: as many as members)", lo=0, hi=250)
+    virtual: str = param("broadcast,scatter,gather,reduce",
+                         "virtual GMI kernels, in id order after the local kernels")
+    cluster_id: int = param(0, "this cluster's id", lo=0, hi=255)
+    depth: int = param(2, "rounds buffered per GMI kernel", lo=1, hi=8)
+
+    def check(self):
+        kinds = self.virtual_kinds
+        for k in kinds:
+            if k not in gmi_golden.KINDS:
+                raise ConfigError("virtual", "comma-separated subset of "
+                                  + ",".join(gmi_golden.KINDS), value=self.virtual)
+        if len(set(kinds)) != len(kinds):
+            raise ConfigError("virtual", "each kind at most once", value=self.virtual)
+        if self.kernels and self.kernels < self.members:
+            raise ConfigError("kernels", f"must be 0 or >= members ({self.members})",
+                              value=self.kernels)
+        if self.local_kernels + len(kinds) > 255:
+            raise ConfigError("kernels", "local plus virtual kernel ids must fit in 1..255",
+                              value=self.kernels)
+        if kinds:
+            self.gmi_config(kinds[0])       # raises for oversize buffers
+
+    @property
+    def virtual_kinds(self):
+        return [k.strip() for k in self.virtual.split(",") if k.strip()]
+
+    @property
+    def local_kernels(self):
+        return self.kernels or self.members
+
+    @property
+    def virtual_ids(self):
+        """``{kind: kernel id}`` of the virtual GMI kernels."""
+        return {k: self.local_kernels + 1 + j for j, k in enumerate(self.virtual_kinds)}
+
+    def gmi_config(self, kind):
+        from .gmi import GMIConfig
+        return GMIConfig(members=self.members, length=self.length, elem_bits=self.elem_bits,
+                         op=self.op, data_bits=self.data_bits,
+                         kernel_id=self.virtual_ids[kind], first_member=1, root=1,
+                         cluster_id=self.cluster_id, depth=self.depth)
+
+    @property
+    def max_payload(self):
+        """Largest payload (without header) of a legitimate packet: the largest message a
+        virtual kernel takes or sends, point-to-point packets the same."""
+        eb = self.elem_bits // 8
+        big = any(k in ("scatter", "gather") for k in self.virtual_kinds)
+        return self.length * eb * (self.members if big else 1)
+
+    @property
+    def max_beats(self):
+        return -(-(self.max_payload + 1) // (self.data_bits // 8))
+
+    def derived(self):
+        return {"virtual_ids": self.virtual_ids, "max_payload": self.max_payload,
+                "max_beats": self.max_beats}
+
+
+def gmi_status_name(kind, stat):
+    return f"status_{kind}_{stat}"
+
+
+class Gateway(wiring.Component):
+    """Gateway kernel: decoder, switch, virtual GMI kernels, forwarding.
+
+    Ports
+    -----
+    ``i_pkt`` : In packet stream, inter-cluster packets from the network (GMI header first)
+    ``o_pkt`` : Out packet stream, point-to-point packets to local kernels (header stripped,
+        TDEST = the local kernel, inter-cluster flag clear, TID and source cluster kept)
+    ``o_<kind>`` : Out packet stream per virtual GMI kernel (``o_broadcast`` ...): what that
+        kernel sends (TID = its virtual id)
+    ``status_delivered``, ``status_dropped_<kind>`` : 32-bit counters of the packet decoder
+        (:data:`~hwgen.cluster.switch.DROP_KINDS`)
+    ``status_<kind>_<stat>`` : the GMI kernels' counters (``rounds``, ``drop_source``,
+        ``drop_length``, ``drop_overrun``; :data:`hwgen.cluster.golden.STATUS`), for every
+        kind (0 for a kind that is not among ``virtual``)
+
+    Latency: store-and-forward in the decoder (a packet leaves ``beats + 1`` cycles after its
+    first beat), one more beat in the stripper, then the GMI kernel's own latency or none
+    (forwarding). Throughput one beat per cycle. Backpressure: an output that stalls blocks
+    the switch only while a packet for it is at the head; dropped packets never wait.
+    """
+
+    def __init__(self, config):
+        self.config = c = config
+        layout = packet_layout(c.data_bits)
+        sig = {"i_pkt": In(stream.Signature(layout)), "o_pkt": Out(stream.Signature(layout)),
+               "status_delivered": Out(COUNTER_BITS)}
+        sig.update({status_name(k): Out(COUNTER_BITS) for k in DROP_KINDS})
+        for kind in c.virtual_kinds:
+            sig[f"o_{kind}"] = Out(stream.Signature(layout))
+        for kind in gmi_golden.KINDS:       # 0 for kinds not configured
+            sig.update({gmi_status_name(kind, s): Out(COUNTER_BITS)
+                        for s in gmi_golden.STATUS})
+        super().__init__(sig)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.config
+        known = list(range(1, c.local_kernels + 1)) + list(c.virtual_ids.values())
+
+        def accept(m, beat):
+            header = beat.data[:8]
+            ok = beat.user[INTER_CLUSTER_BIT] & (beat.dest == c.cluster_id)
+            hit = 0
+            for k in known:
+                hit = hit | (header == k)
+            return ok & hit, 0
+
+        m.submodules.decoder = dec = PacketFilter(c.data_bits, c.max_beats, accept)
+        m.submodules.strip = strip = HeaderStripper(c.data_bits)
+        kinds = c.virtual_kinds
+        routes = {k: 0 for k in range(1, c.local_kernels + 1)}
+        routes.update({vid: 1 + j for j, vid in enumerate(c.virtual_ids.values())})
+        m.submodules.switch = sw = KernelSwitch(
+            SwitchConfig(data_bits=c.data_bits, inputs=1, outputs=1 + len(kinds)), routes)
+        wiring.connect(m, wiring.flipped(self.i_pkt), dec.i_pkt)
+        wiring.connect(m, dec.o_pkt, strip.i_pkt)
+        wiring.connect(m, strip.o_pkt, sw.i_pkt)
+        for k in ("delivered",) + DROP_KINDS:
+            name = "status_delivered" if k == "delivered" else status_name(k)
+            m.d.comb += getattr(self, name).eq(getattr(dec, name))
+        outs = [getattr(sw, n) for n in sw.out_names]
+        # Forwarding module: point-to-point packets pass unchanged.
+        wiring.connect(m, outs[0], wiring.flipped(self.o_pkt))
+        from .gmi import gmi_component
+        for j, kind in enumerate(kinds):
+            g = gmi_component(kind, c.gmi_config(kind))
+            m.submodules[f"gmi_{kind}"] = g
+            wiring.connect(m, outs[1 + j], g.i_pkt)
+            wiring.connect(m, g.o_pkt, wiring.flipped(getattr(self, f"o_{kind}")))
+            for s in gmi_golden.STATUS:
+                m.d.comb += getattr(self, gmi_status_name(kind, s)).eq(getattr(g, f"stat_{s}"))
+        return m
+
+
+class GatewayModel:
+    """Stimulus and golden model of ``cluster-gateway``.
+
+    Traffic, all inter-cluster to this cluster: ``--items`` point-to-point packets (1 ..
+    max_payload bytes to local kernels 1..kernels), interleaved at random with ``items // 8 +
+    1`` rounds of every virtual GMI kernel (messages made by the GMI kernels' own stimulus
+    generators, including their wrong lengths, outsiders and overruns); then, with ``fuzz`` =
+    N, the stream is N packets of which ~30% are malformed or unknown (every kind of
+    :data:`hwgen.cluster.traffic.FUZZ_KINDS`, corrupting point-to-point packets). The stream
+    ends with three point-to-point packets, so the counters sampled at ``o_pkt``'s last TLAST
+    are final. Expected: :func:`hwgen.cluster.traffic.filter_golden` with the destination
+    check, :func:`hwgen.cluster.packet.strip_header`, and
+    :func:`hwgen.cluster.golden.collective_stream` per virtual kernel.
+    """
+
+    result_port = "o_pkt"
+    latency_from = "i_pkt"
+
+    #: Sampled after every TLAST on ``o_pkt``: the decoder's counters and the GMI kernels'
+    #: drop counters (every kind; a kind not configured reads 0).
+    sample_signals = ("status_delivered",) + tuple(status_name(k) for k in DROP_KINDS) + \
+        tuple(gmi_status_name(kind, s) for kind in gmi_golden.KINDS for s in GMI_DROPS)
+
+    @classmethod
+    def stimulus(cls, config, items, rng, fuzz=None):
+        from .gmi import BroadcastModel, GatherModel, ReduceModel, ScatterModel
+        c = config
+        models = {"broadcast": BroadcastModel, "scatter": ScatterModel,
+                  "gather": GatherModel, "reduce": ReduceModel}
+        src_cluster = (c.cluster_id + 1) % 256
+
+        def wrap(p):
+            return to_beats(attach_header(replace_src(p), c.cluster_id, p.dest, src_cluster),
+                            c.data_bits)
+
+        def replace_src(p):
+            return Packet(p.dest, p.src, p.payload)
+
+        def p2p(rng):
+            k = int(rng.integers(1, c.local_kernels + 1))
+            return wrap(Packet(k, int(rng.integers(256)),
+                               random_payload(rng, 1, c.max_payload)))
+
+        streams = [[wrap(p) for p in models[kind].stimulus(
+            c.gmi_config(kind), items // 8 + 1, rng)["packets"]] for kind in c.virtual_kinds]
+        n = fuzz if fuzz else items + sum(len(s) for s in streams)
+        # Interleave: each packet slot is a GMI packet with probability share.
+        gmi_total = sum(len(s) for s in streams)
+        share = gmi_total / max(n, 1)
+        heads = [0] * len(streams)
+
+        def good(rng):
+            left = [j for j, s in enumerate(streams) if heads[j] < len(s)]
+            if left and rng.random() < share * 1.2:
+                j = left[int(rng.integers(len(left)))]
+                heads[j] += 1
+                return streams[j][heads[j] - 1]
+            return p2p(rng)
+
+        def unknown(rng):
+            choice = rng.random()
+            k = int(rng.integers(1, c.local_kernels + 1))
+            p = Packet(k, 1, random_payload(rng, 1, c.max_payload))
+            if choice < 0.4:            # header byte of no kernel here
+                bad = max(c.virtual_ids.values(), default=c.local_kernels) + 1
+                return to_beats(attach_header(p, c.cluster_id, min(bad, 255) if bad < 256
+                                              else 0, src_cluster), c.data_bits)
+            if choice < 0.7:            # another cluster
+                return to_beats(attach_header(p, (c.cluster_id + 3) % 256, k, src_cluster),
+                                c.data_bits)
+            return to_beats(p, c.data_bits)   # not inter-cluster
+
+        tail = []
+        beats = fuzz_stream(rng, max(n - 3, 1), good, unknown, c.data_bits, c.max_beats,
+                            fraction=0.3 if fuzz else 0.0, make_victim=p2p)
+        for _ in range(3):
+            tail += p2p(rng)
+        return {"beats": beats + tail}
+
+    @staticmethod
+    def inputs(config, stim):
+        return {"i_pkt": stim["beats"]}
+
+    @staticmethod
+    def golden(config, stim):
+        c = config
+        known = set(range(1, c.local_kernels + 1)) | set(c.virtual_ids.values())
+
+        def lookup(head):
+            ok = head["user"] >> INTER_CLUSTER_BIT & 1 and head["dest"] == c.cluster_id \
+                and (head["data"] & 0xFF) in known
+            return True if ok else None
+
+        passed, counts = filter_golden(stim["beats"], c.data_bits, c.max_beats, lookup)
+        by_id = {v: k for k, v in c.virtual_ids.items()}
+        forward, to_gmi = [], {k: [] for k in c.virtual_kinds}
+        for beats, _ in passed:
+            p = strip_header(from_beats(beats, c.data_bits))
+            if p.dest in by_id:
+                to_gmi[by_id[p.dest]].append(p)
+            else:
+                forward.append(p)
+        out = {"o_pkt": forward}
+        counts.update({f"{kind}_{s}": 0 for kind in gmi_golden.KINDS for s in GMI_DROPS})
+        for kind, packets in to_gmi.items():
+            sent, status = gmi_golden.collective_stream(kind, c.gmi_config(kind), packets)
+            out[f"o_{kind}"] = sent
+            for s in GMI_DROPS:
+                counts[f"{kind}_{s}"] = status[s]
+        return out, counts
+
+    @classmethod
+    def expect(cls, config, stim):
+        out, _ = cls.golden(config, stim)
+        return {port: [b for p in packets for b in to_beats(p, config.data_bits)]
+                for port, packets in out.items()}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        return 4 * len(stim["beats"]) + 500
+
+    @classmethod
+    def report(cls, config, stim, summary, samples):
+        _, counts = cls.golden(config, stim)
+        names = {"delivered": "status_delivered", **{k: status_name(k) for k in DROP_KINDS},
+                 **{f"{kind}_{s}": gmi_status_name(kind, s) for kind in gmi_golden.KINDS
+                    for s in GMI_DROPS}}
+        return counter_report(counts, summary, samples, names)
+
+
+#: Simulated by tests/test_sim.py: the acceptance size (5 members, 33 elements), 512-bit TDATA
+#: with 16-bit elements, odd members and more local kernels than members, and point-to-point
+#: only (no virtual kernels).
+TEST_CONFIGS = (
+    {"members": 5, "length": 33},
+    {"data_bits": 512, "members": 3, "length": 21, "elem_bits": 16, "op": "max",
+     "kernels": 6, "virtual": "gather,reduce,broadcast", "cluster_id": 9},
+    {"members": 2, "length": 5, "kernels": 7, "virtual": "", "cluster_id": 255},
+    {"data_bits": 512, "members": 7, "length": 3, "elem_bits": 32, "virtual": "scatter",
+     "depth": 1},
+)

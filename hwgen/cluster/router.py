@@ -1,0 +1,278 @@
+"""``cluster-router``: the per-FPGA router with two routing tables (paper sections 2.1, 4).
+
+Packets from the FPGA's kernels (``i_pkt``) are checked and buffered by a
+:class:`~hwgen.cluster.switch.PacketFilter`, then looked up in one of two routing tables held
+in on-chip memory (``amaranth.lib.memory``):
+
+* kernel table: kernel id (TDEST of an intra-cluster packet) -> node address (32 bits, e.g. the
+  IPv4 address of the FPGA holding the kernel) and a valid bit;
+* cluster table: cluster id (TDEST of an inter-cluster packet, TUSER bit 16) -> node address of
+  that cluster's gateway FPGA, and a valid bit.
+
+A packet whose node address is ``node_address`` (this FPGA) goes to ``o_local`` (the kernel
+switch), any other to ``o_net``, its node address to ``o_addr`` (one beat per packet, in
+packet order). Packets to ids beyond the table or to an
+entry not (yet) valid are dropped and counted as ``unknown``, malformed packets are dropped and
+counted by kind; neither stalls later traffic.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from .packet import INTER_CLUSTER_BIT, Packet, packet_layout, to_beats
+from .switch import COUNTER_BITS, DROP_KINDS, PacketFilter, status_name
+from .traffic import counter_report, filter_golden, fuzz_stream, random_payload, sample_signals
+
+__all__ = ["RouterConfig", "Router", "RouterModel", "cfg_layout", "addr_layout", "TEST_CONFIGS"]
+
+ADDR_BITS = 32
+
+
+def cfg_layout():
+    """Configuration stream beat: write ``address``/``valid`` into entry ``index`` of table
+    ``table`` (0 kernel, 1 cluster); ``last`` ends a configuration frame."""
+    return data.StructLayout({"table": 1, "index": 8, "address": ADDR_BITS, "valid": 1,
+                              "last": 1})
+
+
+def addr_layout():
+    """``o_addr`` beats: the destination node address of one packet on ``o_net``."""
+    return data.StructLayout({"addr": ADDR_BITS})
+
+
+@dataclass(frozen=True)
+class RouterConfig(Config):
+    """Router parameters."""
+    data_bits: int = param(64, "TDATA width", choices=(64, 512))
+    members: int = param(8, "kernel table entries: kernel ids 0..members-1 of the cluster",
+                         lo=1, hi=256)
+    clusters: int = param(4, "cluster table entries: cluster ids 0..clusters-1", lo=1, hi=256)
+    length: int = param(64, "longest packet payload in bytes (longer packets are dropped "
+                            "as too-long)", lo=1, hi=65536)
+    node_address: int = param(0x0A000001, "this FPGA's node address (10.0.0.1)",
+                              lo=0, hi=(1 << ADDR_BITS) - 1)
+
+    @property
+    def max_beats(self):
+        return -(-self.length // (self.data_bits // 8))
+
+    def check(self):
+        if self.max_beats > 4096:
+            raise ConfigError("length", "at most 4096 beats per packet", value=self.length)
+
+    def derived(self):
+        return {"max_beats": self.max_beats}
+
+
+class Router(wiring.Component):
+    """Two-level routing of packets from local kernels to the kernel switch or the network.
+
+    Ports
+    -----
+    ``i_cfg`` : In stream of :func:`cfg_layout`
+        Table writes, one per beat (always ready). ``i_pkt`` is held (not ready) until the
+        first configuration beat with ``last`` set has been written; later frames update the
+        tables while packets flow (a packet uses the entry read at its first beat).
+    ``i_pkt`` : In packet stream (``packet_layout(data_bits)``)
+    ``o_local`` : Out packet stream, packets for kernels on this FPGA
+    ``o_net`` : Out packet stream, packets for other FPGAs
+    ``o_addr`` : Out stream of :func:`addr_layout`, the node address of each ``o_net`` packet,
+        pushed when the packet's first beat leaves (a 4-entry FIFO; ``o_net`` waits while it
+        is full)
+    ``status_delivered``, ``status_dropped_<kind>`` : counters (32 bits) of routed packets
+        and of dropped packets per kind (:data:`~hwgen.cluster.switch.DROP_KINDS`).
+
+    Latency: a packet appears on its output ``beats + 1`` cycles after its first beat entered
+    (store-and-forward, :class:`~hwgen.cluster.switch.PacketFilter`); one beat per cycle.
+    Backpressure: a stalled output stalls the buffer's head packet (and, once the buffer is
+    full, ``i_pkt``); dropped packets are consumed at full rate.
+    """
+
+    def __init__(self, config):
+        self.config = c = config
+        sig = {"i_cfg": In(stream.Signature(cfg_layout())),
+               "i_pkt": In(stream.Signature(packet_layout(c.data_bits))),
+               "o_local": Out(stream.Signature(packet_layout(c.data_bits))),
+               "o_net": Out(stream.Signature(packet_layout(c.data_bits))),
+               "o_addr": Out(stream.Signature(addr_layout())),
+               "status_delivered": Out(COUNTER_BITS)}
+        sig.update({status_name(k): Out(COUNTER_BITS) for k in DROP_KINDS})
+        super().__init__(sig)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.config
+        entry = data.StructLayout({"address": ADDR_BITS, "valid": 1})
+        m.submodules.ktab = ktab = Memory(shape=entry, depth=c.members, init=[])
+        m.submodules.ctab = ctab = Memory(shape=entry, depth=c.clusters, init=[])
+        kw, cw = ktab.write_port(), ctab.write_port()
+        kr, cr = ktab.read_port(domain="comb"), ctab.read_port(domain="comb")
+        cfg = self.i_cfg.payload
+        configured = Signal()
+        m.d.comb += [self.i_cfg.ready.eq(1),
+                     kw.addr.eq(cfg.index), cw.addr.eq(cfg.index),
+                     kw.data.address.eq(cfg.address), kw.data.valid.eq(cfg.valid),
+                     cw.data.address.eq(cfg.address), cw.data.valid.eq(cfg.valid)]
+        with m.If(self.i_cfg.valid):
+            with m.If(cfg.table == 0):
+                m.d.comb += kw.en.eq(cfg.index < c.members)
+            with m.Else():
+                m.d.comb += cw.en.eq(cfg.index < c.clusters)
+            with m.If(cfg.last):
+                m.d.sync += configured.eq(1)
+
+        info = data.StructLayout({"local": 1, "addr": ADDR_BITS})
+
+        def accept(m, beat):
+            inter = beat.user[INTER_CLUSTER_BIT]
+            m.d.comb += [kr.addr.eq(beat.dest), cr.addr.eq(beat.dest)]
+            in_k = Signal()
+            in_c = Signal()
+            m.d.comb += [in_k.eq(beat.dest < c.members), in_c.eq(beat.dest < c.clusters)]
+            ok = Mux(inter, in_c & cr.data.valid, in_k & kr.data.valid)
+            addr = Mux(inter, cr.data.address, kr.data.address)
+            res = Signal(info)
+            m.d.comb += [res.addr.eq(addr), res.local.eq(addr == c.node_address)]
+            return ok, res.as_value()
+
+        m.submodules.filter = f = PacketFilter(c.data_bits, c.max_beats, accept,
+                                               info_bits=info.size)
+        m.d.comb += [f.i_pkt.payload.eq(self.i_pkt.payload),
+                     f.i_pkt.valid.eq(self.i_pkt.valid & configured),
+                     self.i_pkt.ready.eq(f.i_pkt.ready & configured)]
+        for k in ("delivered",) + DROP_KINDS:
+            name = "status_delivered" if k == "delivered" else status_name(k)
+            m.d.comb += getattr(self, name).eq(getattr(f, name))
+        where = info(f.o_info)
+        m.submodules.addr_fifo = af = SyncFIFOBuffered(width=ADDR_BITS, depth=4)
+        in_packet = Signal()            # a beat of the current o_net packet has left
+        net_ok = ~where.local & (in_packet | af.w_rdy)
+        m.d.comb += [self.o_local.payload.eq(f.o_pkt.payload),
+                     self.o_net.payload.eq(f.o_pkt.payload),
+                     self.o_local.valid.eq(f.o_pkt.valid & where.local),
+                     self.o_net.valid.eq(f.o_pkt.valid & net_ok),
+                     f.o_pkt.ready.eq(Mux(where.local, self.o_local.ready,
+                                          self.o_net.ready & net_ok)),
+                     af.w_data.eq(where.addr),
+                     af.w_en.eq(self.o_net.valid & self.o_net.ready & ~in_packet),
+                     self.o_addr.payload.addr.eq(af.r_data),
+                     self.o_addr.valid.eq(af.r_rdy),
+                     af.r_en.eq(self.o_addr.ready)]
+        with m.If(self.o_net.valid & self.o_net.ready):
+            m.d.sync += in_packet.eq(~self.o_net.payload.last)
+        return m
+
+
+class RouterModel:
+    """Stimulus and golden model of ``cluster-router``.
+
+    Tables: kernel ids 0..members-1 spread over this node and three other node addresses;
+    about one entry in eight of each table is left invalid, one cluster entry points at this
+    node (a gateway here). Traffic (``--items`` packets, payloads of 1..length bytes): kernel
+    packets to valid, invalid and out-of-table ids, inter-cluster packets (with their header
+    byte) to valid and invalid clusters; with ``fuzz`` = N, N packets of which ~30% are
+    malformed (every kind) or unknown (see :mod:`hwgen.cluster.traffic`). The last packet
+    always goes to another node, so the counters sampled at ``o_net``'s last TLAST are final.
+    """
+
+    result_port = "o_net"
+    latency_from = "i_pkt"
+    sample_signals = sample_signals()
+
+    @staticmethod
+    def tables(config, rng):
+        c = config
+        nodes = [c.node_address] + [int(a) for a in rng.choice(
+            [a for a in range(0x0A000002, 0x0A000010) if a != c.node_address], 3,
+            replace=False)]
+        ktab = {k: nodes[int(rng.integers(4))] for k in range(c.members)
+                if rng.random() >= 0.125 or k == 0}
+        ktab[0] = nodes[1]                  # at least one remote kernel
+        ctab = {k: nodes[int(rng.integers(1, 4))] for k in range(c.clusters)
+                if rng.random() >= 0.125}
+        ctab[0] = c.node_address
+        return ktab, ctab
+
+    @classmethod
+    def stimulus(cls, config, items, rng, fuzz=None):
+        c = config
+        ktab, ctab = cls.tables(config, rng)
+        remote = sorted(k for k, a in ktab.items() if a != c.node_address)
+
+        def good(rng):
+            inter = rng.random() < 0.25
+            dest = int(rng.integers(0, (c.clusters if inter else c.members) + 2))
+            dest = min(dest, 255)
+            lo = 2 if inter else 1
+            p = Packet(dest, int(rng.integers(256)), random_payload(rng, lo, max(c.length, lo)),
+                       inter_cluster=inter, src_cluster=int(rng.integers(256)))
+            return to_beats(p, c.data_bits)
+
+        def unknown(rng):
+            p = Packet(min(c.members + int(rng.integers(0, 4)), 255), 1,
+                       random_payload(rng, 1, c.length))
+            return to_beats(p, c.data_bits)
+
+        def last(rng):
+            return to_beats(Packet(remote[0], 1, random_payload(rng, 1, c.length)),
+                            c.data_bits)
+
+        n = fuzz if fuzz else items
+        beats = fuzz_stream(rng, n, good, unknown, c.data_bits, c.max_beats,
+                            fraction=0.3 if fuzz else 0.0, last_good=last)
+        return {"ktab": ktab, "ctab": ctab, "beats": beats}
+
+    @staticmethod
+    def inputs(config, stim):
+        cfg = [{"table": t, "index": k, "address": a, "valid": 1, "last": 0}
+               for t, tab in ((0, stim["ktab"]), (1, stim["ctab"])) for k, a in tab.items()]
+        cfg[-1]["last"] = 1
+        return {"i_cfg": cfg, "i_pkt": stim["beats"]}
+
+    @staticmethod
+    def golden(config, stim):
+        c = config
+
+        def lookup(head):
+            inter = head["user"] >> INTER_CLUSTER_BIT & 1
+            return (stim["ctab"] if inter else stim["ktab"]).get(head["dest"])
+
+        return filter_golden(stim["beats"], c.data_bits, c.max_beats, lookup)
+
+    @classmethod
+    def expect(cls, config, stim):
+        passed, _ = cls.golden(config, stim)
+        local, net, addrs = [], [], []
+        for beats, addr in passed:
+            if addr == config.node_address:
+                local += beats
+            else:
+                net += beats
+                addrs.append({"addr": addr})
+        return {"o_local": local, "o_net": net, "o_addr": addrs}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        return 3 * len(stim["beats"]) + 200
+
+    @classmethod
+    def report(cls, config, stim, summary, samples):
+        _, counts = cls.golden(config, stim)
+        return counter_report(counts, summary, samples)
+
+
+#: Simulated by tests/test_sim.py: the acceptance size (5 kernels, 33-byte packets), 512-bit
+#: TDATA with odd table sizes, one-beat packets.
+TEST_CONFIGS = (
+    {"members": 5, "length": 33},
+    {"data_bits": 512, "members": 37, "clusters": 3, "length": 200},
+    {"members": 3, "clusters": 1, "length": 8, "node_address": 0x0A00000F},
+    {"data_bits": 512, "members": 16, "clusters": 7, "length": 65},
+)

@@ -1,0 +1,352 @@
+"""Packet switching primitives of the cluster: the kernel switch and the validating packet buffer.
+
+:class:`KernelSwitch`
+    N packet inputs to M packet outputs, routed by TDEST through a fixed map (kernel id ->
+    output port), packet-atomic round-robin arbitration per output.
+:class:`PacketFilter`
+    Store-and-forward packet buffer that checks every packet as :func:`hwgen.cluster.packet.
+    classify` does (plus an optional destination check of its first beat) and drops and
+    counts malformed ones; used by the router and the gateway's packet decoder.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from .packet import INTER_CLUSTER_BIT, MALFORMED_KINDS, packet_layout
+
+__all__ = ["SwitchConfig", "KernelSwitch", "PacketFilter", "DROP_KINDS", "COUNTER_BITS",
+           "status_name", "parse_map"]
+
+#: Kinds of dropped packets counted by :class:`PacketFilter`: the malformations of
+#: :func:`~hwgen.cluster.packet.classify`, then ``unknown`` (well-formed, destination not
+#: configured).
+DROP_KINDS = MALFORMED_KINDS + ("unknown",)
+COUNTER_BITS = 32
+
+
+def status_name(kind):
+    """Output signal name of the drop counter of ``kind`` (``status_dropped_bad_keep``)."""
+    return "status_dropped_" + kind.replace("-", "_")
+
+
+def parse_map(text):
+    """``"3:0,4:1,5:1"`` -> ``{3: 0, 4: 1, 5: 1}`` (kernel id -> output port)."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, _, val = item.partition(":")
+        out[int(key, 0)] = int(val, 0)
+    return out
+
+
+@dataclass(frozen=True)
+class SwitchConfig(Config):
+    """Kernel switch parameters (ids are 8-bit TDEST values)."""
+    data_bits: int = param(64, "TDATA width", choices=(64, 512))
+    inputs: int = param(2, "packet input ports", lo=1, hi=32)
+    outputs: int = param(2, "packet output ports", lo=1, hi=32)
+    routes: str = param("", "kernel id -> output port as 'id:port,...' (default: id % outputs)")
+    drop_unmapped: bool = param(True, "consume packets whose TDEST is not in routes "
+                                      "(False: they go to port 0)")
+
+    def check(self):
+        try:
+            routes = parse_map(self.routes)
+        except ValueError:
+            raise ConfigError("routes", "must be 'id:port,...'", value=self.routes) from None
+        for key, port in routes.items():
+            if not 0 <= key < 256 or not 0 <= port < self.outputs:
+                raise ConfigError("routes", f"ids 0..255 to ports 0..{self.outputs - 1}",
+                                  value=self.routes)
+
+    @property
+    def route_map(self):
+        return parse_map(self.routes) if self.routes else \
+            {k: k % self.outputs for k in range(256)}
+
+
+class KernelSwitch(wiring.Component):
+    """AXI-Stream packet switch: ``inputs`` x ``outputs``, routed by TDEST.
+
+    Ports: ``i_<k>`` (k < inputs) and ``o_<k>`` (k < outputs), all
+    ``stream.Signature(packet_layout(data_bits))``; with one input the input is ``i_pkt``,
+    with one output the output is ``o_pkt``.
+
+    Routing: a packet goes to output ``route_map[TDEST]`` (its first beat decides; packets
+    never change TDEST inside). Unmapped TDEST: consumed and discarded (``drop_unmapped``) or
+    sent to port 0.
+
+    Arbitration: per output, round-robin among the inputs whose head beat wants it, starting
+    after the input served last; the granted input holds the output until its TLAST beat
+    (packets are never interleaved). Latency 0 (combinational path from input to output
+    valid/payload and from output ready to input ready); one beat per cycle per output;
+    backpressure of an output stalls only the inputs granted to it or waiting for it.
+    """
+
+    def __init__(self, config, route_map=None):
+        self.config = c = config
+        self.route_map = dict(route_map if route_map is not None else c.route_map)
+        layout = packet_layout(c.data_bits)
+        self.in_names = ["i_pkt"] if c.inputs == 1 else [f"i_{k}" for k in range(c.inputs)]
+        self.out_names = ["o_pkt"] if c.outputs == 1 else [f"o_{k}" for k in range(c.outputs)]
+        sig = {n: In(stream.Signature(layout)) for n in self.in_names}
+        sig.update({n: Out(stream.Signature(layout)) for n in self.out_names})
+        super().__init__(sig)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.config
+        ins = [getattr(self, n) for n in self.in_names]
+        outs = [getattr(self, n) for n in self.out_names]
+        N, M = len(ins), len(outs)
+        # Target port of each input's head beat (M = drop).
+        targets = []
+        for k, i in enumerate(ins):
+            t = Signal(range(M + 1), name=f"target{k}")
+            with m.Switch(i.payload.dest):
+                for key, port in self.route_map.items():
+                    if 0 <= key < 256:
+                        with m.Case(key):
+                            m.d.comb += t.eq(port)
+                with m.Default():
+                    m.d.comb += t.eq(M if c.drop_unmapped else 0)
+            targets.append(t)
+        ready_terms = [[] for _ in ins]
+        for k, i in enumerate(ins):     # discard unmapped packets
+            ready_terms[k].append(targets[k] == M)
+        for o_idx, o in enumerate(outs):
+            locked = Signal(name=f"locked{o_idx}")
+            owner = Signal(range(N), name=f"owner{o_idx}")
+            last = Signal(range(N), name=f"last{o_idx}", init=N - 1)
+            sel = Signal(range(N), name=f"sel{o_idx}")
+            any_req = Signal(name=f"req{o_idx}")
+            reqs = [i.valid & (targets[k] == o_idx) for k, i in enumerate(ins)]
+            # Round-robin choice starting after `last`.
+            with m.Switch(last):
+                for lv in range(N):
+                    with m.Case(lv):
+                        order = [(lv + 1 + j) % N for j in range(N)]
+                        for j in reversed(order):       # first in order wins (last assign)
+                            with m.If(reqs[j]):
+                                m.d.comb += [sel.eq(j), any_req.eq(1)]
+            active = Signal(range(N), name=f"active{o_idx}")
+            go = Signal(name=f"go{o_idx}")
+            m.d.comb += [active.eq(sel), go.eq(any_req)]
+            with m.If(locked):
+                m.d.comb += [active.eq(owner), go.eq(1)]
+            with m.Switch(active):
+                for k, i in enumerate(ins):
+                    with m.Case(k):
+                        m.d.comb += [o.payload.eq(i.payload),
+                                     o.valid.eq(go & i.valid & (targets[k] == o_idx))]
+            for k in range(N):
+                ready_terms[k].append(go & (active == k) & (targets[k] == o_idx) & o.ready)
+            with m.If(o.valid & o.ready):
+                m.d.sync += [owner.eq(active), last.eq(active), locked.eq(~o.payload.last)]
+        for k, i in enumerate(ins):
+            m.d.comb += i.ready.eq(Cat(*ready_terms[k]).any())
+        return m
+
+
+def _contiguous(keep, lanes):
+    """1 when ``keep`` is ``2**n - 1`` (n >= 1)."""
+    return (keep != 0) & ((keep & (keep + 1))[:lanes] == 0)
+
+
+class PacketFilter(wiring.Component):
+    """Store-and-forward packet buffer that drops and counts malformed packets.
+
+    Ports: ``i_pkt`` (In packet stream), ``o_pkt`` (Out packet stream), ``o_info`` (plain
+    output, ``info_bits`` wide: the value ``info`` computed for the packet's first beat, valid
+    with every beat on ``o_pkt``), status counters ``status_delivered`` and
+    ``status_dropped_<kind>`` for every kind of :data:`DROP_KINDS` (``COUNTER_BITS`` wide,
+    wrapping). ``accept(m, beat)`` (given at construction) returns ``(ok, info)`` Amaranth
+    values from a beat's payload: ``ok`` = 0 drops the packet as ``unknown``.
+
+    Checks (as :func:`hwgen.cluster.packet.classify` with ``max_beats``, first failing beat
+    decides, in that order): TKEEP = 0 (``zero-length``); TKEEP not ``2**n - 1`` or not all
+    ones before TLAST (``bad-keep``); TDEST/TID/TUSER differing from the first beat's
+    (``tlast-missing``); beat index >= ``max_beats`` (``too-long``); at TLAST, an
+    inter-cluster packet of one beat with fewer than two bytes (``truncated``); then ``ok``
+    of the first beat (``unknown``). A malformed packet's beats are discarded up to its TLAST;
+    one counter increments per dropped packet, ``status_delivered`` per packet passed on.
+
+    Buffer: ``depth`` beats (a power of two >= max_beats + 1) of on-chip memory; a packet is
+    written as it arrives and becomes visible on ``o_pkt`` after its TLAST beat passed the
+    checks (a dropped packet's beats are rewound). Latency: the packet's length + 1 cycles
+    from its first input beat to its first output beat; one beat per cycle in and out.
+    Backpressure: ``i_pkt`` is stalled only while the buffer is full (beats of a packet being
+    discarded are always accepted), so a stalled output never stops counting of drops ahead of
+    a full buffer, and dropped packets never block later ones.
+    """
+
+    def __init__(self, data_bits, max_beats, accept=None, info_bits=1, depth=None):
+        self.data_bits, self.max_beats = data_bits, max_beats
+        self.accept = accept or (lambda m, beat: (Const(1), Const(0, info_bits)))
+        self.info_bits = info_bits
+        need = max(2 * max_beats, max_beats + 1, 4)
+        self.depth = depth or 1 << (need - 1).bit_length()
+        layout = packet_layout(data_bits)
+        sig = {"i_pkt": In(stream.Signature(layout)), "o_pkt": Out(stream.Signature(layout)),
+               "o_info": Out(info_bits), "status_delivered": Out(COUNTER_BITS)}
+        sig.update({status_name(k): Out(COUNTER_BITS) for k in DROP_KINDS})
+        super().__init__(sig)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.data_bits // 8
+        full_keep = (1 << lanes) - 1
+        layout = packet_layout(self.data_bits)
+        row = data.StructLayout({"beat": layout, "info": self.info_bits})
+        m.submodules.mem = mem = Memory(shape=row, depth=self.depth, init=[])
+        wr = mem.write_port()
+        rd = mem.read_port(domain="comb")
+        abits = (self.depth - 1).bit_length()
+        wp = Signal(abits + 1)      # next write (speculative, rewound on drop)
+        cp = Signal(abits + 1)      # end of committed packets
+        rp = Signal(abits + 1)      # next read
+        count = Signal(range(self.max_beats + 2))   # beats seen of the current packet (sat.)
+        err = Signal(range(len(DROP_KINDS) + 1))    # 0 = none, else kind index + 1
+        head = Signal(layout)
+        head_ok = Signal()
+        head_info = Signal(self.info_bits)
+
+        i, o = self.i_pkt, self.o_pkt
+        beat = i.payload
+        first = count == 0
+        ok_now, info_now = self.accept(m, beat)
+        cur_ok = Signal()
+        cur_info = Signal(self.info_bits)
+        ref = Signal(layout)
+        m.d.comb += [cur_ok.eq(Mux(first, ok_now, head_ok)),
+                     cur_info.eq(Mux(first, info_now, head_info)),
+                     ref.eq(Mux(first, beat, head))]
+        kind_of = {k: n + 1 for n, k in enumerate(DROP_KINDS)}
+        beat_err = Signal.like(err)
+        with m.If(beat.keep == 0):
+            m.d.comb += beat_err.eq(kind_of["zero-length"])
+        with m.Elif(~_contiguous(beat.keep, lanes) | (~beat.last & (beat.keep != full_keep))):
+            m.d.comb += beat_err.eq(kind_of["bad-keep"])
+        with m.Elif((beat.dest != ref.dest) | (beat.id != ref.id) | (beat.user != ref.user)):
+            m.d.comb += beat_err.eq(kind_of["tlast-missing"])
+        with m.Elif(count >= self.max_beats):
+            m.d.comb += beat_err.eq(kind_of["too-long"])
+        new_err = Signal.like(err)
+        m.d.comb += new_err.eq(Mux(err != 0, err, beat_err))
+        end_err = Signal.like(err)
+        truncated = beat.user[INTER_CLUSTER_BIT] & first & (beat.keep < 3)
+        with m.If(new_err != 0):
+            m.d.comb += end_err.eq(new_err)
+        with m.Elif(truncated):
+            m.d.comb += end_err.eq(kind_of["truncated"])
+        with m.Elif(~cur_ok):
+            m.d.comb += end_err.eq(kind_of["unknown"])
+
+        used = wp - rp
+        full = used[:abits + 1] >= self.depth
+        m.d.comb += i.ready.eq(~full | (err != 0) | (count >= self.max_beats))
+        m.d.comb += [wr.addr.eq(wp[:abits]), wr.data.beat.eq(beat), wr.data.info.eq(cur_info)]
+
+        counters = {k: getattr(self, status_name(k)) for k in DROP_KINDS}
+        with m.If(i.valid & i.ready):
+            with m.If(first):
+                m.d.sync += [head.eq(beat), head_ok.eq(ok_now), head_info.eq(info_now)]
+            with m.If(beat.last):
+                m.d.sync += [count.eq(0), err.eq(0)]
+                with m.If(end_err != 0):
+                    m.d.sync += wp.eq(cp)
+                    with m.Switch(end_err):
+                        for k, n in kind_of.items():
+                            with m.Case(n):
+                                m.d.sync += counters[k].eq(counters[k] + 1)
+                with m.Else():
+                    m.d.comb += wr.en.eq(1)
+                    m.d.sync += [wp.eq(wp + 1), cp.eq(wp + 1),
+                                 self.status_delivered.eq(self.status_delivered + 1)]
+            with m.Else():
+                with m.If(count <= self.max_beats):
+                    m.d.sync += count.eq(count + 1)
+                m.d.sync += err.eq(new_err)
+                with m.If(new_err != 0):
+                    m.d.sync += wp.eq(cp)
+                with m.Else():
+                    m.d.comb += wr.en.eq(1)
+                    m.d.sync += wp.eq(wp + 1)
+
+        m.d.comb += [rd.addr.eq(rp[:abits]), o.payload.eq(rd.data.beat),
+                     self.o_info.eq(rd.data.info), o.valid.eq(rp != cp)]
+        with m.If(o.valid & o.ready):
+            m.d.sync += rp.eq(rp + 1)
+        return m
+
+
+
+class SwitchModel:
+    """Stimulus and expectation of a :class:`KernelSwitch` test: every input sends random
+    packets (TID = the input's index, TDEST any id of ``route_map`` or, one in ten, an
+    unmapped id). Arbitration interleaves inputs, so :meth:`expect` gives each output's
+    packets grouped by input; a test compares, per output, each input's packets in order
+    (``hwgen.flow.simulate.simulate(..., keep_outputs=True)``), not beat by beat."""
+
+    result_port = "o_0"
+    latency_from = "i_0"
+
+    @staticmethod
+    def stimulus(config, items, rng, length=40):
+        from .packet import Packet
+        c = config
+        mapped = sorted(c.route_map)
+        unmapped = [k for k in range(256) if k not in c.route_map]
+        per_input = []
+        for k in range(c.inputs):
+            packets = []
+            for _ in range(items):
+                if unmapped and c.drop_unmapped and rng.random() < 0.1:
+                    dest = int(rng.choice(unmapped))
+                else:
+                    dest = int(rng.choice(mapped))
+                n = int(rng.integers(1, length, endpoint=True))
+                packets.append(Packet(dest, k, rng.integers(0, 256, n, dtype="uint8").tobytes()))
+            per_input.append(packets)
+        return {"packets": per_input}
+
+    @staticmethod
+    def _names(config, direction):
+        n = config.inputs if direction == "i" else config.outputs
+        return ["i_pkt" if direction == "i" else "o_pkt"] if n == 1 else \
+            [f"{direction}_{k}" for k in range(n)]
+
+    @classmethod
+    def inputs(cls, config, stim):
+        from .packet import to_beats
+        return {name: [b for p in packets for b in to_beats(p, config.data_bits)]
+                for name, packets in zip(cls._names(config, "i"), stim["packets"])}
+
+    @classmethod
+    def routed(cls, config, stim):
+        """``{output name: {input index: [packets in order]}}``."""
+        c = config
+        outs = cls._names(c, "o")
+        res = {name: {} for name in outs}
+        for k, packets in enumerate(stim["packets"]):
+            for p in packets:
+                port = c.route_map.get(p.dest, None if c.drop_unmapped else 0)
+                if port is not None:
+                    res[outs[port]].setdefault(k, []).append(p)
+        return res
+
+    @classmethod
+    def expect(cls, config, stim):
+        from .packet import to_beats
+        return {name: [b for k in sorted(by_in) for p in by_in[k]
+                       for b in to_beats(p, config.data_bits)]
+                for name, by_in in cls.routed(config, stim).items()}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        return 2 * sum(len(p.payload) for ps in stim["packets"] for p in ps) + 500
