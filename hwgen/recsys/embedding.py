@@ -91,6 +91,32 @@ def _cap(value):
     return None if value < 0 else value
 
 
+def output_beat_times(placement, tables, lanes, out_beats, memory_latency=None):
+    """Cycle (after a query's acceptance) at which each output beat of the lookup unit
+    leaves, with an always-ready output (the schedule of :meth:`EmbeddingConfig.performance`,
+    also used by :func:`hwgen.recsys.perf.lookup_stage`). ``memory_latency``: AR-to-R cycles
+    (default: the placement's memory model at its clock). Returns ``(times, memory_latency)``.
+    """
+    p = placement
+    if memory_latency is None:
+        memory_latency = max((math.ceil(p.memory_models[ch.kind].latency_ns
+                                        * p.clock_mhz / 1e3) for ch in p.channels), default=0)
+    ready = {t: 5 for t in p.onchip}
+    for ch in p.channels:
+        end = None
+        for k, t in enumerate(ch.tables):
+            first = k + memory_latency if end is None else max(k + memory_latency, end + 1)
+            end = first + p.slots[t].beats - 1
+            ready[t] = PIPELINE_CYCLES + end
+    owner = [t for t, table in enumerate(tables) for _ in range(table.dim)]
+    times = []
+    for b in range(out_beats):               # beats past the tables: dense features
+        span = owner[b * lanes:(b + 1) * lanes]
+        due = max([4] + [ready[t] for t in span])
+        times.append(max(due, times[-1] + 1) if times else due)
+    return times, memory_latency
+
+
 @dataclass(frozen=True)
 class EmbeddingConfig(Config):
     tables: int = param(13, "embedding tables of the synthetic model", lo=1, hi=256)
@@ -216,24 +242,8 @@ class EmbeddingConfig(Config):
         t_{B-1} + (items - 1) * initiation_interval + 1`` from the first query to the last
         output beat (``hwgen sim``'s ``cycles``; exact unless credit-bound).
         """
-        p = self.placement
-        if memory_latency is None:
-            memory_latency = max((math.ceil(p.memory_models[ch.kind].latency_ns
-                                            * p.clock_mhz / 1e3) for ch in p.channels),
-                                 default=0)
-        ready = {t: 5 for t in p.onchip}
-        for ch in p.channels:
-            end = None
-            for k, t in enumerate(ch.tables):
-                first = k + memory_latency if end is None else max(k + memory_latency, end + 1)
-                end = first + p.slots[t].beats - 1
-                ready[t] = PIPELINE_CYCLES + end
-        owner = [t for t, table in enumerate(self.rec_model.tables) for _ in range(table.dim)]
-        times = []
-        for b in range(self.out_beats):
-            span = owner[b * self.lanes:(b + 1) * self.lanes]
-            due = max([4] + [ready[t] for t in span])
-            times.append(max(due, times[-1] + 1) if times else due)
+        times, memory_latency = output_beat_times(self.placement, self.rec_model.tables,
+                                                  self.lanes, self.out_beats, memory_latency)
         credit = times[-1] / self.inflight
         interval = self.interval if credit <= self.interval else credit
         out = {"initiation_interval": interval, "latency_cycles": times[0],

@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 
 from ..boards import load_board
 from ..errors import ConfigError
-from .embedding import PIPELINE_CYCLES
+from .embedding import output_beat_times
 from .fc import FCConfig
 from .partition import partition
 from .placement import place
@@ -184,23 +184,8 @@ def lookup_stage(placement, lanes=LANES, memory_latency=None, inflight=INFLIGHT)
     p, model = placement, placement.model
     if lanes < 1:
         raise ConfigError("lanes", "must be at least 1", value=lanes)
-    if memory_latency is None:
-        memory_latency = max((math.ceil(p.memory_models[ch.kind].latency_ns
-                                        * p.clock_mhz / 1e3) for ch in p.channels), default=0)
-    ready = {t: 5 for t in p.onchip}
-    for ch in p.channels:
-        end = None
-        for k, t in enumerate(ch.tables):
-            first = k + memory_latency if end is None else max(k + memory_latency, end + 1)
-            end = first + p.slots[t].beats - 1
-            ready[t] = PIPELINE_CYCLES + end
     out_beats = _ceil_div(model.concat_len, lanes)
-    owner = [t for t, table in enumerate(model.tables) for _ in range(table.dim)]
-    times = []
-    for b in range(out_beats):
-        span = owner[b * lanes:(b + 1) * lanes]
-        due = max([4] + [ready[t] for t in span])
-        times.append(max(due, times[-1] + 1) if times else due)
+    times, memory_latency = output_beat_times(p, model.tables, lanes, out_beats, memory_latency)
     busiest = max([ch.beats for ch in p.channels], default=0)
     interval = max(out_beats, 1, busiest)
     credit = times[-1] / inflight
