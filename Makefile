@@ -10,8 +10,10 @@ STALL   ?= 0.2
 SEED    ?= 1
 PYTEST_ARGS ?=
 # command:Debian package pairs installed by `make setup` when missing (as root): yosys for
-# resource reports, graphviz for cluster graph pictures.
-DEBIAN_TOOLS := yosys:yosys dot:graphviz
+# resource reports, graphviz for cluster graph pictures, Open MPI (mpirun, and mpicc to build
+# mpi4py) as the outside reference of the GMI collectives.
+DEBIAN_TOOLS := yosys:yosys dot:graphviz mpirun:openmpi-bin mpicc:libopenmpi-dev
+MPI4PY  := mpi4py==4.1.2
 
 # Names of the registered accelerators; registry.py imports nothing outside the standard
 # library, so the system Python can read it before the venv exists.
@@ -33,6 +35,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	@if command -v mpicc >/dev/null 2>&1; then $(PY) -m pip install -q '$(MPI4PY)'; \
+	else echo "warning: no mpicc: the Open MPI reference test of the GMI collectives will skip"; fi
 	@touch $@
 
 test: setup
