@@ -304,6 +304,39 @@ def cluster_build(description, out_dir, no_tops):
     click.echo(f"wrote {len(result['written'])} files to {out_dir}")
 
 
+@cluster.command("sim")
+@click.argument("description")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output directory (tops under build/, simulation runs under run/).")
+@click.option("--latency-ms", type=float, default=0.0, show_default=True,
+              help="Network hub delay per datagram (wall-clock ms).")
+@click.option("--loss", type=float, default=0.0, show_default=True,
+              help="Probability of dropping a datagram (0 .. 0.99).")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--rounds", type=int, default=2, show_default=True,
+              help="Messages per kernel and destination.")
+@click.option("--stall", type=float, default=0.3, show_default=True,
+              help="Random input gaps / output backpressure probability.")
+@reports_errors
+def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall):
+    """Simulate every FPGA of a description at once (Verilator per FPGA, UDP network)."""
+    from .cluster.multifpga import run as run_sim
+    r = run_sim(description, Path(out_dir), latency_s=latency_ms / 1000, loss=loss, seed=seed,
+                rounds=rounds, stall=stall, log=_log, echo=click.echo)
+    click.echo(f"{'kernel':<24} {'fpga':<6} {'sent':>5} {'expected':>9} {'received':>9} "
+               f"{'mismatches':>11}")
+    for k in r["kernels"]:
+        click.echo(f"{k['kernel']:<24} {k['fpga']:<6} {k['sent']:>5} {k['expected']:>9} "
+                   f"{k['received']:>9} {k['mismatches']:>11}")
+    click.echo(f"packets: {r['packets_sent']} sent, {r['packets_expected']} expected, "
+               f"{r['packets_received']} received; datagrams: {r['forwarded']} forwarded, "
+               f"{r['dropped']} dropped; malformed {r['malformed']}; "
+               f"build {r['build_s']:.1f} s, simulation {r['sim_s']:.1f} s")
+    click.echo(f"mismatches == {r['mismatches']}")
+    if r["mismatches"] or r["timeouts"]:
+        raise SimulationMismatch(f"{r['mismatches']} mismatches, timeouts: {r['timeouts']}")
+
+
 @bench.command("recsys")
 @click.option("--no-sim", is_flag=True, help="Skip the simulations (model tables only).")
 @reports_errors

@@ -5,8 +5,10 @@ The job names the FPGA top's kernel-side stream ports (driven from frames / coll
 which is bridged to the network hub over UDP on loopback: each frame leaving the network output
 port is sent as one datagram addressed to the node address found in the frame's first beat
 (``job["net"]["dst"]``: ``{"signal": "tdata"|"tdest"|"tid"|"tuser", "offset", "bits"}`` for
-bits of the beat, or ``{"port": name}`` for a top-level signal valid with the first beat, such
-as the router's ``net_addr``), and each datagram arriving from the hub is driven into the
+bits of the beat, ``{"port": name}`` for a top-level signal valid with the first beat, such
+as the router's ``net_addr``, or ``{"stream": prefix}`` for a separate stream carrying one
+address beat per frame in frame order, such as the FPGA top's ``m_axis_addr``; its TREADY is
+held high and each beat's TDATA is the address), and each datagram arriving from the hub is driven into the
 network input port.
 
 Job entries beyond ``stream_tb``'s: ``address`` (this node), ``hub_port``, ``net`` (``{"out":
@@ -56,6 +58,11 @@ async def run_cluster_node(dut):
     net_out, net_in = tb.sinks[net["out"]], tb.sources[net["in"]]
     dst = net["dst"]
     addr_signal = getattr(dut, dst["port"]) if "port" in dst else None
+    addr_stream = None
+    if "stream" in dst:       # one beat per network frame on its own stream (router's o_addr)
+        addr_stream = (getattr(dut, f"{dst['stream']}_tvalid"),
+                       getattr(dut, f"{dst['stream']}_tdata"))
+        getattr(dut, f"{dst['stream']}_tready").value = 1
     out_valid, out_ready = (getattr(dut, f"{net['out']}_{s}") for s in ("tvalid", "tready"))
     out_last = getattr(dut, f"{net['out']}_tlast")
     addresses, in_frame = [], False        # net_addr at the first beat of each frame
@@ -68,11 +75,15 @@ async def run_cluster_node(dut):
             if not in_frame:
                 addresses.append(int(addr_signal.value))
             in_frame = not out_last.value
+        if addr_stream is not None and addr_stream[0].value:
+            addresses.append(int(addr_stream[1].value))
         if cycle % POLL_CYCLES:
             continue
         while not net_out.empty():
+            if addr_stream is not None and not addresses:
+                break                     # the frame's address beat has not come out yet
             beats = _from_frame(net_out.recv_nowait(compact=False), net_out)
-            if addr_signal is not None:
+            if addr_signal is not None or addr_stream is not None:
                 addr = addresses.pop(0)
             else:
                 addr = (beats[0][dst["signal"]] >> dst.get("offset", 0)) & \

@@ -5,6 +5,7 @@ import copy
 import ipaddress
 import json
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -179,7 +180,7 @@ def test_tops_ports_and_lint(two_build):
 
 
 def test_cli_build(tmp_path):
-    r = subprocess.run(["hwgen", "cluster", "build", str(TWO), "--out", str(tmp_path),
+    r = subprocess.run([sys.executable, "-m", "hwgen.cli", "cluster", "build", str(TWO), "--out", str(tmp_path),
                         "--no-tops"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "cluster 1 (c1): 5 kernels" in r.stdout and "+ 1 virtual" in r.stdout
@@ -187,7 +188,7 @@ def test_cli_build(tmp_path):
     raw = _raw("two_clusters.json")
     raw["clusters"][1]["id"] = 300
     bad.write_text(json.dumps(raw))
-    r = subprocess.run(["hwgen", "cluster", "build", str(bad), "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "hwgen.cli", "cluster", "build", str(bad), "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "clusters[1].id=300" in r.stderr and "Traceback" not in r.stderr
 

@@ -103,7 +103,7 @@ class NetworkHub:
 
     def _forward(self, record, raw):
         if self.loss and self.rng.random() < self.loss:
-            self.dropped.append(record)
+            self.dropped.append(dict(record, frame=json.loads(raw)["beats"]))   # + its beats
             return
         self.forwarded.append(record)
         with self._lock:
@@ -154,8 +154,10 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
         for node in nodes:
             node_dir = run_dir / node.name
             node_dir.mkdir(parents=True, exist_ok=True)
+            progress_file = node_dir / "net-progress.json"
+            progress_file.unlink(missing_ok=True)      # a stale one would end the run early
             node.job.update({"hub_port": hub.port, "stop_file": str(stop_file),
-                             "progress_file": str(node_dir / "net-progress.json")})
+                             "progress_file": str(progress_file)})
 
             def run(node=node, node_dir=node_dir):
                 try:
