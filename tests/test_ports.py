@@ -75,3 +75,18 @@ def test_pq_decoder_ports_json(tmp_path):
                  "m_axis_dist_tready", "s_axis_lut_tvalid"):
         assert port in text
     assert "s_axis_lut_tlast" not in text
+
+
+def test_sidebands_only_in_packet_streams():
+    """keep/dest/id/user ride on TKEEP/TDEST/TID/TUSER only when the payload has ``keep``;
+    elsewhere they are ordinary TDATA fields (e.g. an array named ``id``)."""
+    from amaranth.hdl import signed as s
+    from amaranth.lib import data as d
+    from hwgen.cluster.packet import packet_layout
+    pkt = StreamFormat.from_shape(packet_layout(64))
+    assert dict(pkt.sidebands) == {"keep": 8, "dest": 8, "id": 8, "user": 17}
+    assert pkt.tdata_bits == 64 and [f.name for f in pkt.fields] == ["data"]
+    plain = StreamFormat.from_shape(d.StructLayout({"x": 8, "id": d.ArrayLayout(s(8), 3),
+                                                    "dest": 4, "last": 1}))
+    assert plain.sidebands == () and [f.name for f in plain.fields] == ["x", "id", "dest"]
+    assert plain.tdata_bits == 40

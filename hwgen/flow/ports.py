@@ -2,8 +2,9 @@
 
 A stream payload is a flat :class:`amaranth.lib.data.StructLayout` whose fields are scalars or
 one-dimensional :class:`~amaranth.lib.data.ArrayLayout`\\ s of scalars. A field named ``last``
-(1 bit) travels on TLAST, and unsigned scalar fields named ``keep``, ``dest``, ``id`` and ``user``
-travel on TKEEP, TDEST, TID and TUSER (packet streams, see :mod:`hwgen.cluster.packet`); every
+(1 bit) travels on TLAST. In a *packet stream* (a payload with a field named ``keep``, see
+:mod:`hwgen.cluster.packet`) the unsigned scalar fields ``keep``, ``dest``, ``id`` and ``user``
+travel on TKEEP, TDEST, TID and TUSER; in other streams those names are ordinary fields. Every
 other field is packed into TDATA in declaration order, least significant bits first, array
 element 0 lowest. A stream with a ``keep`` field has one TKEEP bit per TDATA byte. TDATA is padded with zeros to a whole number of
 bytes. :class:`StreamFormat` records this and packs/unpacks beats on the host side; it is written
@@ -61,13 +62,14 @@ class StreamFormat:
         if not isinstance(shape, data.StructLayout):
             raise TypeError(f"stream payloads must be data.StructLayout, not {shape!r}")
         fields, offset, has_last, sidebands = [], 0, False, []
+        packet = any(name == "keep" for name, _ in shape)
         for name, member in shape:
             if name == "last":
                 if member.width != 1:
                     raise TypeError("payload field 'last' must be 1 bit wide")
                 has_last = True
                 continue
-            if name in SIDEBANDS:
+            if packet and name in SIDEBANDS:
                 bits, signed = _scalar(member.shape, name)
                 if signed:
                     raise TypeError(f"sideband payload field {name!r} must be unsigned")
