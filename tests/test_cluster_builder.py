@@ -162,10 +162,20 @@ def test_tops_ports_and_lint(two_build):
         for f in p.cluster.fpgas:
             ports = json.loads((out / p.cluster.name / f.name / "ports.json").read_text())
             names = {s["port"] for s in ports["streams"]}
-            ext = [i for i in p.fpga_kernels[f.name]
-                   if p.kernels[i].role in ("compute", "gateway")]
+            ext = [i for i in p.fpga_kernels[f.name] if p.kernels[i].role == "compute"]
             assert names == {"s_axis_cfg", "s_axis_net", "m_axis_net", "m_axis_addr"} | \
                 {f"{d}_axis_k{i}" for i in ext for d in "sm"}
+            # the gateway is inside the top of its FPGA, configured as the builder assigned
+            gw = out / p.cluster.name / f.name / "gateway.json"
+            assert gw.exists() == (f.name == p.kernels[0].fpga)
+            if gw.exists():
+                g = json.loads(gw.read_text())
+                virt = [k for k in p.kernels.values() if k.role == "virtual"]
+                assert g["derived"]["virtual_ids"] == {k.kind: k.id for k in virt}
+                assert g["groups"] == ";".join(f"{k.kind}@{k.id}:" + ",".join(map(str, k.members))
+                                               for k in virt)
+                assert g["cluster_id"] == p.cluster.id
+                assert "status_gw_delivered" in {q["name"] for q in ports["signals"]}
             v = out / p.cluster.name / f.name / f"{ports['top']}.v"
             r = subprocess.run(["verilator", "--lint-only", "-Wno-fatal", "-Wno-WIDTH",
                                 "--top-module", ports["top"], str(v)],
@@ -265,3 +275,25 @@ def test_gmi_params_checked_against_gmi_config(tmp_path):
     with pytest.raises(ConfigError) as e:
         builder.build(describe.parse(raw, base_dir=DESC_DIR), tmp_path)
     assert e.value.param == "clusters[1].layers.connections[1].params.op"
+
+
+def test_gateway_config_from_plan():
+    """The gateway inside the top gets the builder's ids; what it cannot hold is a ConfigError
+    naming the connection."""
+    from hwgen.cluster.top import gateway_config
+    plans = builder.plan(describe.load("ibert_encoder"))
+    g = gateway_config(plans[0], 64)
+    assert g.virtual_ids == {"broadcast": 39} and g.member_ids("broadcast") == [1, 2, 3, 28]
+    assert g.remapped("broadcast") and 33 not in g.local_list and 0 not in g.local_list
+    assert g.local_list == sorted(k.id for k in plans[0].physical if k.id)
+    raw = _raw("two_clusters.json")
+    raw["clusters"][1]["layers"]["connections"].append(
+        {"name": "bcast2", "from": "input", "to": ["branch[0]", "sink"], "gmi": "broadcast",
+         "params": {"length": 48}})
+    with pytest.raises(ConfigError) as e:
+        gateway_config(builder.plan(describe.parse(raw, base_dir=DESC_DIR))[1], 64)
+    assert "clusters[1].layers.connections[3].gmi" in str(e.value)
+    raw["clusters"][1]["layers"]["connections"][-1].update(gmi="scatter", params={"length": 8})
+    with pytest.raises(ConfigError) as e:
+        gateway_config(builder.plan(describe.parse(raw, base_dir=DESC_DIR))[1], 64)
+    assert "clusters[1].layers.connections[3].params.length" in str(e.value)

@@ -7,7 +7,8 @@ import pytest
 
 from hwgen import registry
 from hwgen.cluster.gateway import GatewayConfig, GatewayModel, TEST_CONFIGS
-from hwgen.cluster.packet import attach_header, from_beats, split_packets, strip_header
+from hwgen.cluster.packet import Packet, attach_header, from_beats, split_packets, \
+    strip_header
 from hwgen.cluster.switch import DROP_KINDS
 from hwgen.errors import ConfigError
 from hwgen.flow.simulate import simulate
@@ -31,11 +32,29 @@ def test_gateway_golden_accounts_for_every_packet():
 @pytest.mark.parametrize("values, name", [
     ({"virtual": "allreduce"}, "virtual"), ({"virtual": "gather,gather"}, "virtual"),
     ({"members": 5, "kernels": 3}, "kernels"), ({"members": 0}, "members"),
-    ({"elem_bits": 12}, "elem_bits"), ({"length": 4096, "members": 200}, "length")])
+    ({"elem_bits": 12}, "elem_bits"), ({"length": 4096, "members": 200}, "length"),
+    ({"local_ids": "1-x"}, "local_ids"), ({"local_ids": "0-3"}, "local_ids"),
+    ({"groups": "bcast@9:1,2"}, "groups"), ({"groups": "gather@9:1,3"}, "groups"),
+    ({"groups": "broadcast@9:1;scatter@9:2"}, "groups"),
+    ({"groups": "broadcast@3:1,2", "local_ids": "1-4"}, "groups")])
 def test_gateway_config_errors_name_parameter(values, name):
     with pytest.raises(ConfigError) as e:
         GatewayConfig(**values)
     assert name in str(e.value)
+
+
+def test_gateway_groups_remap_members():
+    """A fan-out virtual kernel with non-contiguous members addresses them by rank and the
+    gateway rewrites TDEST: the golden model sends member i's chunk to the i-th listed id."""
+    cfg = GatewayConfig(groups="scatter@12:7,2,5", local_ids="1-8", length=3)
+    assert cfg.remapped("scatter") and cfg.gmi_config("scatter").first_member == 0
+    body = bytes(range(9))
+    sent, status = cfg.collective("scatter", [Packet(12, 4, body)])
+    assert [(p.dest, p.payload) for p in sent] == [(7, body[0:3]), (2, body[3:6]),
+                                                    (5, body[6:9])]
+    assert {p.src for p in sent} == {12} and status["rounds"] == 1
+    plain = GatewayConfig(groups="broadcast@12:2-4", local_ids="1-8", length=3)
+    assert not plain.remapped("broadcast") and plain.gmi_config("broadcast").first_member == 2
 
 
 def _run(index, **kw):

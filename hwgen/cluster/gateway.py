@@ -11,6 +11,13 @@ Inter-cluster packets arriving from the network pass, in order:
 3. **virtual GMI kernels** (:func:`hwgen.cluster.gmi.gmi_component`, one per entry of
    ``virtual``) whose members are the local kernels ``1 .. members``, and the **forwarding
    module** for point-to-point traffic.
+
+The cluster builder's tops (:mod:`hwgen.cluster.top`) describe the cluster as it was assigned
+through the optional parameters ``local_ids`` (the kernel ids reachable point to point, any
+set), ``groups`` (each virtual kernel's kind, id and member ids, which need not be contiguous:
+a fan-out kernel then addresses ranks ``0 .. n-1`` and a TDEST remapper after it turns rank
+``i`` into member ``i``'s id) and ``max_bytes`` (the longest point-to-point payload). Left at
+their defaults they change nothing.
 """
 
 from dataclasses import dataclass
@@ -51,8 +58,25 @@ class GatewayConfig(Config):
                          "virtual GMI kernels, in id order after the local kernels")
     cluster_id: int = param(0, "this cluster's id", lo=0, hi=255)
     depth: int = param(2, "rounds buffered per GMI kernel", lo=1, hi=8)
+    local_ids: str = param("", "kernel ids reachable point to point as 'a-b,c,...' (default: "
+                               "1..kernels)")
+    groups: str = param("", "virtual GMI kernels as 'kind@id:members;...', members as "
+                            "'a-b,c,...' (default: `virtual`, ids after the local kernels, "
+                            "members 1..members); overrides virtual and members")
+    max_bytes: int = param(0, "longest point-to-point payload accepted, header excluded "
+                              "(0: the largest GMI message)", lo=0, hi=65535)
 
     def check(self):
+        try:
+            local = self.local_list
+        except ValueError:
+            raise ConfigError("local_ids", "must be ids 1..255 as 'a-b,c,...'",
+                              value=self.local_ids) from None
+        if self.local_ids and not local:
+            raise ConfigError("local_ids", "names no kernel", value=self.local_ids)
+        if self.groups:
+            self._check_groups(local)
+            return
         kinds = self.virtual_kinds
         for k in kinds:
             if k not in gmi_golden.KINDS:
@@ -69,8 +93,52 @@ class GatewayConfig(Config):
         if kinds:
             self.gmi_config(kinds[0])       # raises for oversize buffers
 
+    def _check_groups(self, local):
+        seen = set(local)
+        kinds = []
+        for item in self.groups.split(";"):
+            try:
+                kind, kid, members = _parse_group(item)
+            except ValueError:
+                raise ConfigError("groups", "entries 'kind@id:a-b,c,...' separated by ';'",
+                                  value=self.groups) from None
+            if kind not in gmi_golden.KINDS:
+                raise ConfigError("groups", "kinds are " + ",".join(gmi_golden.KINDS),
+                                  value=self.groups)
+            if kind in kinds:
+                raise ConfigError("groups", f"each kind at most once ({kind} twice)",
+                                  value=self.groups)
+            kinds.append(kind)
+            if kid in seen:
+                raise ConfigError("groups", f"id {kid} is already a local or virtual kernel",
+                                  value=self.groups)
+            seen.add(kid)
+            if kind in ("gather", "reduce") and \
+                    members != list(range(members[0], members[0] + len(members))):
+                raise ConfigError("groups", f"{kind} members must be contiguous ids",
+                                  value=self.groups)
+        for kind in kinds:
+            self.gmi_config(kind)           # raises for oversize buffers
+
+    @property
+    def local_list(self):
+        """Kernel ids reachable point to point (sorted)."""
+        if self.local_ids:
+            return _parse_ids(self.local_ids)
+        return list(range(1, self.local_kernels + 1))
+
+    @property
+    def _groups(self):
+        if self.groups:
+            return [_parse_group(item) for item in self.groups.split(";")]
+        kinds = [k.strip() for k in self.virtual.split(",") if k.strip()]
+        return [(kind, self.local_kernels + 1 + j, list(range(1, self.members + 1)))
+                for j, kind in enumerate(kinds)]
+
     @property
     def virtual_kinds(self):
+        if self.groups:
+            return [g[0] for g in self._groups]
         return [k.strip() for k in self.virtual.split(",") if k.strip()]
 
     @property
@@ -80,22 +148,47 @@ class GatewayConfig(Config):
     @property
     def virtual_ids(self):
         """``{kind: kernel id}`` of the virtual GMI kernels."""
-        return {k: self.local_kernels + 1 + j for j, k in enumerate(self.virtual_kinds)}
+        return {k: kid for k, kid, _ in self._groups}
+
+    def member_ids(self, kind):
+        """Member kernel ids (rank order) of the virtual kernel ``kind``."""
+        return next(m for k, _, m in self._groups if k == kind)
+
+    def remapped(self, kind):
+        """True when ``kind``'s members are not contiguous: its GMI kernel then addresses
+        ranks ``0 .. n-1`` (``first_member`` 0) and the gateway rewrites TDEST."""
+        m = self.member_ids(kind)
+        return m != list(range(m[0], m[0] + len(m)))
 
     def gmi_config(self, kind):
         from .gmi import GMIConfig
-        return GMIConfig(members=self.members, length=self.length, elem_bits=self.elem_bits,
+        members = self.member_ids(kind)
+        first = 0 if self.remapped(kind) else members[0]
+        return GMIConfig(members=len(members), length=self.length, elem_bits=self.elem_bits,
                          op=self.op, data_bits=self.data_bits,
-                         kernel_id=self.virtual_ids[kind], first_member=1, root=1,
+                         kernel_id=self.virtual_ids[kind], first_member=first, root=1,
                          cluster_id=self.cluster_id, depth=self.depth)
+
+    def collective(self, kind, packets):
+        """What the virtual kernel ``kind`` sends for ``packets`` (in arrival order), TDEST
+        remapped to the member ids, and its status counters
+        (:func:`hwgen.cluster.golden.collective_stream`)."""
+        cfg = self.gmi_config(kind)
+        sent, status = gmi_golden.collective_stream(kind, cfg, packets)
+        if self.remapped(kind) and kind in ("broadcast", "scatter"):
+            ids = self.member_ids(kind)
+            sent = [Packet(ids[p.dest - cfg.first_member], p.src, p.payload,
+                           p.inter_cluster, p.src_cluster) for p in sent]
+        return sent, status
 
     @property
     def max_payload(self):
         """Largest payload (without header) of a legitimate packet: the largest message a
-        virtual kernel takes or sends, point-to-point packets the same."""
+        virtual kernel takes or sends, point-to-point packets the same (or ``max_bytes``)."""
         eb = self.elem_bits // 8
-        big = any(k in ("scatter", "gather") for k in self.virtual_kinds)
-        return self.length * eb * (self.members if big else 1)
+        sizes = [self.length * eb * (len(self.member_ids(k)) if k in ("scatter", "gather")
+                                     else 1) for k in self.virtual_kinds]
+        return max(sizes + [self.max_bytes or self.length * eb])
 
     @property
     def max_beats(self):
@@ -104,6 +197,68 @@ class GatewayConfig(Config):
     def derived(self):
         return {"virtual_ids": self.virtual_ids, "max_payload": self.max_payload,
                 "max_beats": self.max_beats}
+
+
+def _parse_ids(text):
+    """``'1-3,28'`` -> ``[1, 2, 3, 28]`` (ids 1..255, sorted, no duplicates; ValueError)."""
+    out = []
+    for part in filter(None, (t.strip() for t in text.split(","))):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    if len(set(out)) != len(out) or any(not 1 <= i <= 255 for i in out):
+        raise ValueError(text)
+    return sorted(out)
+
+
+def _parse_group(item):
+    """``'broadcast@39:1-3,28'`` -> ``('broadcast', 39, [1, 2, 3, 28])`` (members in the
+    order written = rank order; ValueError)."""
+    head, _, members = item.strip().partition(":")
+    kind, _, kid = head.partition("@")
+    ids = []
+    for part in filter(None, (t.strip() for t in members.split(","))):
+        lo, _, hi = part.partition("-")
+        ids += range(int(lo), int(hi or lo) + 1)
+    kid = int(kid)
+    if not ids or not 1 <= kid <= 255 or any(not 0 <= i <= 255 for i in ids) \
+            or len(set(ids)) != len(ids):
+        raise ValueError(item)
+    return kind.strip(), kid, ids
+
+
+def format_ids(ids):
+    """``[1, 2, 3, 28]`` -> ``'1-3,28'`` (inverse of the parsing of ``local_ids``)."""
+    parts, ids = [], list(ids)
+    j = 0
+    while j < len(ids):
+        k = j
+        while k + 1 < len(ids) and ids[k + 1] == ids[k] + 1:
+            k += 1
+        parts.append(str(ids[j]) if j == k else f"{ids[j]}-{ids[k]}")
+        j = k + 1
+    return ",".join(parts)
+
+
+class TdestRemap(wiring.Component):
+    """Combinational TDEST rewrite ``i -> ids[i]`` (a fan-out GMI kernel addressing ranks
+    ``0 .. n-1`` -> the members' kernel ids). Ports ``i_pkt``/``o_pkt`` (packet streams);
+    latency 0; ready passes straight through."""
+
+    def __init__(self, data_bits, ids):
+        self.ids = list(ids)
+        layout = packet_layout(data_bits)
+        super().__init__({"i_pkt": In(stream.Signature(layout)),
+                          "o_pkt": Out(stream.Signature(layout))})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i_pkt, self.o_pkt
+        m.d.comb += [o.payload.eq(i.payload), o.valid.eq(i.valid), i.ready.eq(o.ready)]
+        with m.Switch(i.payload.dest):
+            for rank, kid in enumerate(self.ids):
+                with m.Case(rank):
+                    m.d.comb += o.payload.dest.eq(kid)
+        return m
 
 
 def gmi_status_name(kind, stat):
@@ -148,7 +303,7 @@ class Gateway(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self.config
-        known = list(range(1, c.local_kernels + 1)) + list(c.virtual_ids.values())
+        known = c.local_list + list(c.virtual_ids.values())
 
         def accept(m, beat):
             header = beat.data[:8]
@@ -161,7 +316,7 @@ class Gateway(wiring.Component):
         m.submodules.decoder = dec = PacketFilter(c.data_bits, c.max_beats, accept)
         m.submodules.strip = strip = HeaderStripper(c.data_bits)
         kinds = c.virtual_kinds
-        routes = {k: 0 for k in range(1, c.local_kernels + 1)}
+        routes = {k: 0 for k in c.local_list}
         routes.update({vid: 1 + j for j, vid in enumerate(c.virtual_ids.values())})
         m.submodules.switch = sw = KernelSwitch(
             SwitchConfig(data_bits=c.data_bits, inputs=1, outputs=1 + len(kinds)), routes)
@@ -179,7 +334,13 @@ class Gateway(wiring.Component):
             g = gmi_component(kind, c.gmi_config(kind))
             m.submodules[f"gmi_{kind}"] = g
             wiring.connect(m, outs[1 + j], g.i_pkt)
-            wiring.connect(m, g.o_pkt, wiring.flipped(getattr(self, f"o_{kind}")))
+            src = g.o_pkt
+            if c.remapped(kind) and kind in ("broadcast", "scatter"):
+                m.submodules[f"remap_{kind}"] = r = TdestRemap(c.data_bits,
+                                                               c.member_ids(kind))
+                wiring.connect(m, src, r.i_pkt)
+                src = r.o_pkt
+            wiring.connect(m, src, wiring.flipped(getattr(self, f"o_{kind}")))
             for s in gmi_golden.STATUS:
                 m.d.comb += getattr(self, gmi_status_name(kind, s)).eq(getattr(g, f"stat_{s}"))
         return m
@@ -223,8 +384,10 @@ class GatewayModel:
         def replace_src(p):
             return Packet(p.dest, p.src, p.payload)
 
+        local = c.local_list
+
         def p2p(rng):
-            k = int(rng.integers(1, c.local_kernels + 1))
+            k = local[int(rng.integers(len(local)))]
             return wrap(Packet(k, int(rng.integers(256)),
                                random_payload(rng, 1, c.max_payload)))
 
@@ -246,12 +409,13 @@ class GatewayModel:
 
         def unknown(rng):
             choice = rng.random()
-            k = int(rng.integers(1, c.local_kernels + 1))
+            k = local[int(rng.integers(len(local)))]
             p = Packet(k, 1, random_payload(rng, 1, c.max_payload))
             if choice < 0.4:            # header byte of no kernel here
-                bad = max(c.virtual_ids.values(), default=c.local_kernels) + 1
-                return to_beats(attach_header(p, c.cluster_id, min(bad, 255) if bad < 256
-                                              else 0, src_cluster), c.data_bits)
+                known = set(local) | set(c.virtual_ids.values())
+                bad = next(x for x in range(256) if x not in known)
+                return to_beats(attach_header(p, c.cluster_id, bad, src_cluster),
+                                c.data_bits)
             if choice < 0.7:            # another cluster
                 return to_beats(attach_header(p, (c.cluster_id + 3) % 256, k, src_cluster),
                                 c.data_bits)
@@ -271,7 +435,7 @@ class GatewayModel:
     @staticmethod
     def golden(config, stim):
         c = config
-        known = set(range(1, c.local_kernels + 1)) | set(c.virtual_ids.values())
+        known = set(c.local_list) | set(c.virtual_ids.values())
 
         def lookup(head):
             ok = head["user"] >> INTER_CLUSTER_BIT & 1 and head["dest"] == c.cluster_id \
@@ -290,7 +454,7 @@ class GatewayModel:
         out = {"o_pkt": forward}
         counts.update({f"{kind}_{s}": 0 for kind in gmi_golden.KINDS for s in GMI_DROPS})
         for kind, packets in to_gmi.items():
-            sent, status = gmi_golden.collective_stream(kind, c.gmi_config(kind), packets)
+            sent, status = c.collective(kind, packets)
             out[f"o_{kind}"] = sent
             for s in GMI_DROPS:
                 counts[f"{kind}_{s}"] = status[s]
@@ -316,8 +480,9 @@ class GatewayModel:
 
 
 #: Simulated by tests/test_sim.py: the acceptance size (5 members, 33 elements), 512-bit TDATA
-#: with 16-bit elements, odd members and more local kernels than members, and point-to-point
-#: only (no virtual kernels).
+#: with 16-bit elements, odd members and more local kernels than members, point-to-point
+#: only (no virtual kernels), and a builder-style assignment (``groups``: non-contiguous
+#: members in any order, remapped; ``local_ids``; ``max_bytes``).
 TEST_CONFIGS = (
     {"members": 5, "length": 33},
     {"data_bits": 512, "members": 3, "length": 21, "elem_bits": 16, "op": "max",
@@ -325,4 +490,6 @@ TEST_CONFIGS = (
     {"members": 2, "length": 5, "kernels": 7, "virtual": "", "cluster_id": 255},
     {"data_bits": 512, "members": 7, "length": 3, "elem_bits": 32, "virtual": "scatter",
      "depth": 1},
+    {"groups": "broadcast@9:2,5,3;scatter@12:7-8,1", "local_ids": "1-8", "length": 5,
+     "max_bytes": 40, "cluster_id": 3},
 )

@@ -2,9 +2,10 @@
 
 :func:`prepare` builds the description (:func:`hwgen.cluster.builder.build`) and verilates every
 FPGA top (builds cached under ``cache_dir()/cluster-sim/<sha256 of the Verilog>``).
-:func:`traffic` makes the packets each external kernel of each FPGA sends (the testbench plays
-the compute kernels and, while the tops expose it as ports, the gateway kernel 0);
-:func:`golden` computes what every external kernel must receive; :func:`simulate` runs all FPGAs
+:func:`traffic` makes the packets each compute kernel of each FPGA sends (the testbench plays
+the compute kernels, the tops' only external kernels: the gateway kernel 0 with its virtual GMI
+kernels is inside the top of its FPGA, :mod:`hwgen.cluster.top`);
+:func:`golden` computes what every compute kernel must receive; :func:`simulate` runs all FPGAs
 at once with :func:`hwgen.cluster.netsim.run_cluster` (each router's tables loaded first through
 ``s_axis_cfg``; the network address of each frame from ``m_axis_addr``); :func:`compare` counts
 per-kernel differences (multisets of packets).
@@ -15,18 +16,25 @@ Traffic per round (``rounds`` rounds), following the plan's edges:
   size the collective expects (scatter ``members * length`` elements, the others ``length``),
   to a compute kernel a random-length point-to-point packet, to ``output`` a message for the
   kernel named by the cluster's ``output`` (through the top's header attacher: inter-cluster);
-* the gateway (kernel 0, played by the testbench) forwards one ``input`` message to each
-  kernel it feeds and, for each virtual GMI kernel of the plan, sends what that virtual
-  kernel would send (one packet per member, TID = the virtual kernel's id);
+* nothing else enters a cluster: its ``input`` is what the other clusters send to its
+  ``output`` kernel, which arrives from the network at the gateway FPGA's ``s_axis_net`` and is
+  decoded there in hardware (header stripped, forwarded point to point or into a virtual GMI
+  kernel);
 * one extra point-to-point packet per FPGA from its first compute kernel without an
   ``output`` destination to the first such kernel of the next FPGA of the cluster (intra-cluster
   traffic across FPGAs).
 
 Golden model (:func:`golden`): a packet from a kernel with an ``output`` destination gets the
-GMI header (:func:`~hwgen.cluster.packet.attach_header`); an inter-cluster packet is delivered
-unchanged to kernel 0 of the destination cluster; an intra-cluster packet to its TDEST kernel;
-a GMI kernel's inputs (interleaved round-robin over sources, each source in order) go through
-:func:`~hwgen.cluster.golden.collective_stream` and its outputs are routed again (fixpoint).
+GMI header (:func:`~hwgen.cluster.packet.attach_header`); an inter-cluster packet goes to the
+destination cluster's gateway, which drops it unless it has a byte after the header, fits
+its decoder and names a kernel it knows (:func:`hwgen.cluster.top.gateway_config`), and
+otherwise strips the header (:func:`~hwgen.cluster.packet.strip_header`) and sends it on from
+the gateway's FPGA: to a virtual GMI kernel or, as an intra-cluster packet, to its kernel; an
+intra-cluster packet goes to its TDEST kernel; a GMI kernel's inputs (interleaved round-robin
+over sources, each source in order) go through
+:func:`~hwgen.cluster.golden.collective_stream` (for virtual kernels
+:meth:`~hwgen.cluster.gateway.GatewayConfig.collective`, the same with the members' ids) and its
+outputs are routed again (fixpoint).
 Datagrams the hub dropped (``dropped`` frames) remove the matching packet on its network hop.
 """
 
@@ -42,7 +50,7 @@ import numpy as np
 
 from . import describe as D
 from .golden import collective_stream
-from .packet import attach_header, from_beats, split_packets, to_beats, Packet
+from .packet import attach_header, from_beats, split_packets, strip_header, to_beats, Packet
 
 __all__ = ["FPGARun", "prepare", "traffic", "golden", "simulate", "compare", "run"]
 
@@ -81,14 +89,16 @@ def prepare(description, out_dir, log=None):
             bdir = cache_dir() / "cluster-sim" / f"{name}-{key}"
             verilate(v_path, name, bdir, log=log)
             external = [i for i in sorted(p.fpga_kernels[f.name])   # as FPGATop.external
-                        if p.kernels[i].role in ("compute", "gateway")]
+                        if p.kernels[i].role == "compute"]
             runs.append(FPGARun(p, f, name, bdir, json.loads((fdir / "ports.json").read_text()),
                                 json.loads((fdir / "router_cfg.json").read_text()), external))
     return desc, plans, runs
 
 
 def _gmi_cfg(plan, k, data_bits):
-    from .top import _gmi_config
+    from .top import _gmi_config, gateway_config
+    if k.role == "virtual":
+        return gateway_config(plan, data_bits).gmi_config(k.kind)
     return _gmi_config(k, plan, data_bits, f"clusters[{plan.index}]")
 
 
@@ -98,7 +108,7 @@ def _msg_bytes(kind, cfg):
 
 
 def traffic(plans, data_bits, rounds=2, seed=1):
-    """``{(cluster id, kernel id): [Packet]}``: what each external kernel sends (see module
+    """``{(cluster id, kernel id): [Packet]}``: what each compute kernel sends (see module
     docstring), in sending order."""
     rng = np.random.default_rng(seed)
     by_id = {p.cluster.id: p for p in plans}
@@ -117,27 +127,17 @@ def traffic(plans, data_bits, rounds=2, seed=1):
         cid = p.cluster.id
         for r in range(rounds):
             for k in sorted(p.kernels.values(), key=lambda k: k.id):
-                out = sent.setdefault((cid, k.id), []) if k.role in ("compute", "gateway") \
-                    else None
-                if k.role == "compute":
-                    for d in k.dests:
-                        if d == "output":
-                            o = p.cluster.output
-                            tgt = by_id.get(o["cluster"])
-                            body = message_for(tgt, o["kernel"]) if tgt else payload(8)
-                            out.append(Packet(o["kernel"], k.id, body, src_cluster=cid))
-                        else:
-                            out.append(Packet(d, k.id, message_for(p, d), src_cluster=cid))
-                elif k.role == "gateway":
-                    for s, d in p.edges:
-                        if s == 0 and p.kernels[d].role != "virtual":
-                            out.append(Packet(d, 0, message_for(p, d), src_cluster=cid))
-            # the gateway plays its virtual GMI kernels (fan-outs of `input`)
-            for v in (k for k in p.kernels.values() if k.role == "virtual"):
-                cfg = _gmi_cfg(p, v, data_bits)
-                msg = Packet(v.id, 0, message_for(p, v.id), src_cluster=cid)
-                outs, _ = collective_stream(v.kind, cfg, [msg])
-                sent[(cid, 0)] += outs
+                if k.role != "compute":
+                    continue
+                out = sent.setdefault((cid, k.id), [])
+                for d in k.dests:
+                    if d == "output":
+                        o = p.cluster.output
+                        tgt = by_id.get(o["cluster"])
+                        body = message_for(tgt, o["kernel"]) if tgt else payload(8)
+                        out.append(Packet(o["kernel"], k.id, body, src_cluster=cid))
+                    else:
+                        out.append(Packet(d, k.id, message_for(p, d), src_cluster=cid))
             # point-to-point across the FPGAs of the cluster
             firsts = []
             for f in p.cluster.fpgas:
@@ -157,33 +157,51 @@ def _key(p):
 
 
 def golden(plans, sent, data_bits, dropped=()):
-    """``{(cluster id, kernel id): [Packet]}`` each external kernel must receive for the
+    """``{(cluster id, kernel id): [Packet]}`` each compute kernel must receive for the
     traffic ``sent``; ``dropped`` (packets, as the hub logged them) are lost on their network
     hop."""
+    from .top import gateway_config
     by_id = {p.cluster.id: p for p in plans}
+    gw = {p.cluster.id: gateway_config(p, data_bits) for p in plans}
     fpga_of = {(p.cluster.id, k.id): k.fpga for p in plans for k in p.kernels.values()}
     gmi_out = {}
     for _ in range(16):
         lost = Counter(_key(p) for p in dropped)
         received, gmi_in = {}, {}
 
+        def hop(pkt):
+            """False when the hub dropped this packet's datagram."""
+            if lost[_key(pkt)] > 0:
+                lost[_key(pkt)] -= 1
+                return False
+            return True
+
         def route(cid, src_id, pkt):
-            p = by_id[cid]
             if pkt.inter_cluster:
                 tc = pkt.dest
-                dest = (tc, 0)
-            else:
-                tc, dest = cid, (cid, pkt.dest)
-            if tc not in by_id or dest not in fpga_of:
-                return                                   # dropped by the router
-            if fpga_of[(cid, src_id)] != fpga_of[dest] or tc != cid:
-                if lost[_key(pkt)] > 0:
-                    lost[_key(pkt)] -= 1
+                if tc not in by_id:
+                    return                               # dropped by the router
+                if (tc != cid or fpga_of[(cid, src_id)] != fpga_of[(tc, 0)]) and not hop(pkt):
                     return
-            role = by_id[tc].kernels[dest[1]].role
+                g = gw[tc]                               # the gateway's packet decoder
+                if len(pkt.payload) < 2 or len(to_beats(pkt, data_bits)) > g.max_beats:
+                    return
+                head = pkt.payload[0]
+                inner = strip_header(pkt)
+                if head in g.virtual_ids.values():
+                    gmi_in.setdefault((tc, head), []).append(inner)
+                elif head in g.local_list:
+                    route(tc, 0, inner)                  # forwarded from the gateway's FPGA
+                return
+            dest = (cid, pkt.dest)
+            if dest not in fpga_of:
+                return                                   # dropped by the router
+            if fpga_of[(cid, src_id)] != fpga_of[dest] and not hop(pkt):
+                return
+            role = by_id[cid].kernels[dest[1]].role
             if role == "communication":
                 gmi_in.setdefault(dest, []).append(pkt)
-            elif role in ("compute", "gateway"):
+            elif role == "compute":
                 received.setdefault(dest, []).append(pkt)
 
         for (cid, kid), pkts in sent.items():
@@ -205,7 +223,11 @@ def golden(plans, sent, data_bits, dropped=()):
                 per_src.setdefault(pkt.src, []).append(pkt)
             order = [q for n in range(max(map(len, per_src.values())))
                      for s in sorted(per_src) for q in per_src[s][n:n + 1]]
-            new_out[(cid, gid)], _ = collective_stream(k.kind, _gmi_cfg(p, k, data_bits), order)
+            if k.role == "virtual":
+                new_out[(cid, gid)], _ = gw[cid].collective(k.kind, order)
+            else:
+                new_out[(cid, gid)], _ = collective_stream(k.kind, _gmi_cfg(p, k, data_bits),
+                                                           order)
         if {k: list(map(_key, v)) for k, v in new_out.items()} == \
                 {k: list(map(_key, v)) for k, v in gmi_out.items()}:
             return received

@@ -1,14 +1,17 @@
 """Per-FPGA top level of a built cluster: the FPGA's GMI kernels, header attachers, kernel
-switches and router, with the compute kernels (and, until the gateway component is available
-to the builder, the gateway) connected outside through packet stream ports.
+switches and router, on the FPGA holding kernel 0 the gateway kernel
+(:class:`~hwgen.cluster.gateway.Gateway`, configured from the builder's plan by
+:func:`gateway_config`), with the compute kernels connected outside through packet stream
+ports.
 
 :class:`FPGATop` (one per FPGA of a :class:`~hwgen.cluster.builder.ClusterPlan`)
 
 Ports (emitted names; every packet stream is ``packet_layout(data_bits)`` with TKEEP, TDEST,
 TID, TUSER, TLAST):
 
-* ``m_axis_k<id>`` / ``s_axis_k<id>``: to / from each external kernel ``id`` of this FPGA
-  (compute kernels, built by ``hwgen build <kind>``; kernel 0 on the gateway's FPGA). A compute
+* ``m_axis_k<id>`` / ``s_axis_k<id>``: to / from each compute kernel ``id`` of this FPGA
+  (built by ``hwgen build <kind>``). Kernel 0 has no ports: the gateway only receives
+  inter-cluster packets and sends what it decodes (it is not a compute kernel). A compute
   kernel that sends to another cluster (``output`` in the layer description) goes through a
   :class:`~hwgen.cluster.header.HeaderAttacher` here: it sets TDEST to the kernel id inside
   the destination cluster, the attacher makes the one-byte header.
@@ -16,16 +19,24 @@ TID, TUSER, TLAST):
   (packets to the network) with ``m_axis_addr``, one beat per ``m_axis_net`` packet carrying the
   destination node's IPv4 address (:class:`~hwgen.cluster.router.Router`'s ``o_addr``).
 * ``s_axis_cfg``: the router's configuration stream (``router_cfg.hex`` of the build loads both
-  routing tables); ``status_*``: the router's delivered/dropped counters.
+  routing tables); ``status_*``: the router's delivered/dropped counters; on the gateway's
+  FPGA also ``status_gw_delivered`` / ``status_gw_dropped_<kind>`` (the gateway's packet
+  decoder, :data:`~hwgen.cluster.switch.DROP_KINDS`).
 
-Dataflow: every local kernel output -> output switch (round-robin, packet-atomic) -> router
-(routing tables: local or network) ; router's local output + ``s_axis_net`` -> merge ->
-inter-cluster packets (TUSER bit 16) to kernel 0, the others -> input switch by TDEST -> the
-local kernels (GMI kernels inside, compute kernels through ``m_axis_k<id>``). Packets for ids not
-on this FPGA are dropped by the input switch; the router drops and counts unknown ids.
+Dataflow: every local kernel output, and the gateway's outputs (point-to-point packets with the
+header stripped and what its virtual GMI kernels send) -> output switch (round-robin,
+packet-atomic) -> router (routing tables: local or network, so a gateway output for a kernel
+on another FPGA of the cluster leaves through ``m_axis_net``); router's local output +
+``s_axis_net`` -> merge -> inter-cluster packets (TUSER bit 16) to the gateway (dropped on
+FPGAs without it), the others -> input switch by TDEST -> the local kernels (GMI kernels
+inside, compute kernels through ``m_axis_k<id>``). Packets for ids not on this FPGA (kernel 0
+and the virtual ids included: virtual kernels are fed only by inter-cluster packets) are
+dropped by the input switch; the router drops and counts unknown ids, the gateway malformed
+and unknown inter-cluster packets.
 
-Latency: the switches are combinational (0 cycles); the router is store-and-forward (a packet
-leaves after its last beat has arrived, see :class:`~hwgen.cluster.router.Router`).
+Latency: the switches are combinational (0 cycles); the router and the gateway's decoder are
+store-and-forward (a packet leaves after its last beat has arrived, see
+:class:`~hwgen.cluster.router.Router`, :class:`~hwgen.cluster.gateway.Gateway`).
 Backpressure: a stalled kernel input stalls only the switch output for it and the traffic
 waiting on that output.
 """
@@ -40,7 +51,8 @@ from amaranth.lib.wiring import In, Out, connect
 from ..errors import ConfigError
 from .packet import INTER_CLUSTER_BIT, packet_layout
 
-__all__ = ["FPGATop", "InterSplit", "write_tops", "router_cfg_beats", "MAX_PACKET_BYTES"]
+__all__ = ["FPGATop", "InterSplit", "write_tops", "router_cfg_beats", "gateway_config",
+           "MAX_PACKET_BYTES"]
 
 #: Longest packet the router buffers (bytes): a row of 768 int32 results is 3072 bytes.
 MAX_PACKET_BYTES = 4096
@@ -85,6 +97,43 @@ def _gmi_config(k, plan, data_bits, where):
                           value=e.value) from None
 
 
+def gateway_config(plan, data_bits):
+    """:class:`~hwgen.cluster.gateway.GatewayConfig` of the cluster's gateway as the builder
+    assigned it: point to point to every physical kernel of the cluster but the gateway
+    (``local_ids``, on any FPGA of the cluster), one virtual GMI kernel per connection from
+    ``input`` with its id and members (``groups``), payloads up to ``MAX_PACKET_BYTES - 1``.
+    The virtual kernels share ``length``/``elem_bits``/``op``/``depth`` and are of different
+    kinds (a limit of the gateway; ConfigError naming the connection otherwise)."""
+    from .gateway import GatewayConfig, format_ids
+    virt = sorted((k for k in plan.kernels.values() if k.role == "virtual"), key=lambda k: k.id)
+    local = sorted(k.id for k in plan.kernels.values() if k.role in ("compute", "communication"))
+    values = {"data_bits": data_bits, "cluster_id": plan.cluster.id,
+              "local_ids": format_ids(local), "max_bytes": MAX_PACKET_BYTES - 1, "virtual": ""}
+    shared, kinds = {}, []
+    for k in virt:
+        where = f"clusters[{plan.index}].layers.connections[{k.gmi.index}]"
+        if k.kind in kinds:
+            raise ConfigError(f"{where}.gmi", "the gateway holds at most one virtual GMI "
+                              "kernel of each kind", value=k.kind)
+        kinds.append(k.kind)
+        for key, v in k.gmi.params.items():
+            if key in shared and shared[key] != v:
+                raise ConfigError(f"{where}.params.{key}", "virtual GMI kernels of one "
+                                  f"gateway share this parameter ({shared[key]} elsewhere)",
+                                  value=v)
+            shared[key] = v
+    if virt:
+        values["groups"] = ";".join(f"{k.kind}@{k.id}:" + ",".join(map(str, k.members))
+                                    for k in virt)
+    try:
+        return GatewayConfig.from_dict({**shared, **values})
+    except ConfigError as e:
+        where = f"clusters[{plan.index}].layers.connections[{virt[0].gmi.index}].params" \
+            if virt else f"clusters[{plan.index}]"
+        raise ConfigError(f"{where}.{e.param}", str(e).split(": ", 1)[-1],
+                          value=e.value) from None
+
+
 class FPGATop(wiring.Component):
     """Top level of one FPGA of a cluster (see the module docstring)."""
 
@@ -96,7 +145,8 @@ class FPGATop(wiring.Component):
         layout = packet_layout(data_bits)
         ids = sorted(plan.fpga_kernels[fpga.name])
         kernels = [plan.kernels[i] for i in ids]
-        self.external = [k.id for k in kernels if k.role in ("compute", "gateway")]
+        self.external = [k.id for k in kernels if k.role == "compute"]
+        self.gateway = gateway_config(plan, data_bits) if 0 in ids else None
         self.internal = [k for k in kernels if k.role == "communication"]
         self.router_config = RouterConfig(
             data_bits=data_bits, members=plan.size, clusters=n_clusters,
@@ -116,6 +166,10 @@ class FPGATop(wiring.Component):
         sig["status_delivered"] = Out(COUNTER_BITS)
         sig.update({status_name(k): Out(COUNTER_BITS) for k in DROP_KINDS})
         self._status = ["status_delivered"] + [status_name(k) for k in DROP_KINDS]
+        if self.gateway is not None:
+            sig["status_gw_delivered"] = Out(COUNTER_BITS)
+            sig.update({"status_gw_" + status_name(k)[len("status_"):]: Out(COUNTER_BITS)
+                        for k in DROP_KINDS})
         super().__init__(sig)
 
     def elaborate(self, platform):
@@ -123,9 +177,11 @@ class FPGATop(wiring.Component):
         from .header import HeaderAttacher
         from .router import Router
         from .switch import KernelSwitch, SwitchConfig
+        from .gateway import Gateway
+        from .switch import DROP_KINDS, status_name
         m = Module()
         plan, db = self.plan, self.data_bits
-        gw_here = 0 in self.external
+        gw_here = self.gateway is not None
         # kernel-side endpoints: (id, sink into kernel, source out of kernel)
         ends = []
         for i in self.external:
@@ -142,15 +198,26 @@ class FPGATop(wiring.Component):
             g = gmi_component(k.kind, self.gmi_configs[k.id])
             m.submodules[f"gmi_k{k.id}"] = g
             ends.append((k.id, g.i_pkt, g.o_pkt))
+        sources = [wiring.flipped(src) if i in self.external and src is
+                   getattr(self, f"i_k{i}") else src for i, _, src in ends]
+        if gw_here:
+            gw = Gateway(self.gateway)
+            m.submodules.gateway = gw
+            sources += [gw.o_pkt] + [getattr(gw, f"o_{kind}")
+                                     for kind in self.gateway.virtual_kinds]
+            m.d.comb += self.status_gw_delivered.eq(gw.status_delivered)
+            for k in DROP_KINDS:
+                name = status_name(k)
+                m.d.comb += getattr(self, "status_gw_" + name[len("status_"):]).eq(
+                    getattr(gw, name))
 
         # output switch -> router
         n = len(ends)
-        out_sw = KernelSwitch(SwitchConfig(data_bits=db, inputs=n, outputs=1,
+        out_sw = KernelSwitch(SwitchConfig(data_bits=db, inputs=len(sources), outputs=1,
                                            drop_unmapped=False), {x: 0 for x in range(256)})
         m.submodules.out_switch = out_sw
-        for (i, _, src), name in zip(ends, out_sw.in_names):
-            connect(m, wiring.flipped(src) if i in self.external and src is
-                    getattr(self, f"i_k{i}") else src, getattr(out_sw, name))
+        for src, name in zip(sources, out_sw.in_names):
+            connect(m, src, getattr(out_sw, name))
         router = Router(self.router_config)
         m.submodules.router = router
         connect(m, out_sw.o_pkt, router.i_pkt)
@@ -175,19 +242,13 @@ class FPGATop(wiring.Component):
         connect(m, split.o_intra, in_sw.i_pkt)
         sinks = {i: sink for i, sink, _ in ends}
         for (i, _, _), name in zip(ends, in_sw.out_names):
-            if i == 0 and gw_here:
-                gw_in = KernelSwitch(SwitchConfig(data_bits=db, inputs=2, outputs=1,
-                                                  drop_unmapped=False),
-                                     {x: 0 for x in range(256)})
-                m.submodules.gateway_merge = gw_in
-                connect(m, split.o_inter, gw_in.i_0)
-                connect(m, getattr(in_sw, name), gw_in.i_1)
-                connect(m, gw_in.o_pkt, wiring.flipped(sinks[0]))
-            elif i in self.external:
+            if i in self.external:
                 connect(m, getattr(in_sw, name), wiring.flipped(sinks[i]))
             else:
                 connect(m, getattr(in_sw, name), sinks[i])
-        if not gw_here:             # inter-cluster packets only arrive at the gateway's FPGA
+        if gw_here:
+            connect(m, split.o_inter, gw.i_pkt)
+        else:                       # inter-cluster packets only arrive at the gateway's FPGA
             m.d.comb += split.o_inter.ready.eq(1)
         return m
 
@@ -231,4 +292,8 @@ def write_tops(plan, plans, desc, cdir, log=None):
             {str(i): c.to_dict() for i, c in top.gmi_configs.items()}, indent=2) + "\n")
         written += [v_path, fdir / "ports.json", fdir / "router_cfg.json",
                     fdir / "router_cfg.hex", fdir / "gmi.json"]
+        if top.gateway is not None:
+            (fdir / "gateway.json").write_text(json.dumps(
+                {**top.gateway.to_dict(), "derived": top.gateway.derived()}, indent=2) + "\n")
+            written.append(fdir / "gateway.json")
     return written
