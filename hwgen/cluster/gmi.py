@@ -218,12 +218,15 @@ class _Collective(wiring.Component):
         slot_r = Signal(range(S))
         bank_r = Signal(range(D))
 
-        if S > 1:
+        if kind in ("gather", "reduce"):   # members only (a group of one included)
             src_ok = (i.payload.id >= c.first_member) & (i.payload.id < c.first_member + M)
+        else:                              # broadcast, scatter: any source
+            src_ok = Const(1)
+        if S > 1:
             slot_now = Signal(range(S))
             m.d.comb += slot_now.eq(i.payload.id - c.first_member)
         else:
-            src_ok, slot_now = Const(1), Const(0, 1)
+            slot_now = Const(0, 1)
         ahead_sel = Array(ahead)[slot_now]
         is_full = ahead_sel == D
         stall = src_ok & is_full & round_ready
@@ -658,11 +661,14 @@ def received_packets(beats, data_bits):
 #: reduce): odd members and a length not dividing the lanes on 64-bit data (8-bit sum, the
 #: acceptance size, with non-default ids), 512-bit data with 16-bit elements (signed max,
 #: three buffered rounds), 32-bit elements with seven members of three elements and a single
-#: buffered round (sum).
+#: buffered round (sum), and a group of one member (a single partial beat per message; it
+#: found gather/reduce accepting non-members when the group had one slot).
 TEST_CONFIGS = (
     {"members": 5, "length": 33, "kernel_id": 9, "first_member": 3, "root": 1,
      "cluster_id": 7},
     {"members": 3, "length": 37, "elem_bits": 16, "data_bits": 512, "op": "max", "depth": 3},
     {"members": 7, "length": 3, "elem_bits": 32, "depth": 1, "root": 200,
      "first_member": 100},
+    # a group of one (MPI's size-1 communicator), a single partial beat per message
+    {"members": 1, "length": 3, "elem_bits": 16, "op": "max", "first_member": 6},
 )
