@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..lib.intmath import ceil_div
 from . import golden
 from .packet import Packet, packet_layout, to_beats, from_beats, split_packets
 
@@ -45,10 +46,6 @@ KINDS = golden.KINDS
 STATUS_PORTS = tuple(f"stat_{name}" for name in golden.STATUS)
 
 MAX_BUFFER_BITS = 1 << 22
-
-
-def _ceil_div(a, b):
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -99,12 +96,12 @@ class GMIConfig(Config):
         L, M, n = self.lanes, self.members, self.length
         in_elems = M * n if kind == "scatter" else n
         out_elems = M * n if kind == "gather" else n
-        in_beats = _ceil_div(in_elems, L)
+        in_beats = ceil_div(in_elems, L)
         slots = M if kind in ("gather", "reduce") else 1
-        rows = {"broadcast": in_beats, "scatter": in_beats, "gather": _ceil_div(M * n, L),
+        rows = {"broadcast": in_beats, "scatter": in_beats, "gather": ceil_div(M * n, L),
                 "reduce": M * in_beats}[kind]
         return {"in_elems": in_elems, "in_beats": in_beats, "slots": slots,
-                "out_elems": out_elems, "out_beats": _ceil_div(out_elems, L),
+                "out_elems": out_elems, "out_beats": ceil_div(out_elems, L),
                 "out_packets": M if kind in ("broadcast", "scatter") else 1, "rows": rows}
 
     def buffer_bits(self, kind):
@@ -614,7 +611,7 @@ class _GMIModel:
     def cycles_bound(cls, config, stim):
         g = config.geometry(cls.kind)
         rounds = cls.golden(config, stim)[1]["rounds"]
-        in_beats = sum(_ceil_div(len(p.payload), config.data_bits // 8)
+        in_beats = sum(ceil_div(len(p.payload), config.data_bits // 8)
                        for p in stim["packets"])
         return in_beats + rounds * (config.round_cycles(cls.kind) + 8) + g["rows"] + 100
 

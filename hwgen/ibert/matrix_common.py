@@ -14,12 +14,10 @@ from amaranth.lib.wiring import In, Out
 
 import numpy as np
 
+from ..lib.intmath import ceil_div
+
 __all__ = ["GroupSerializer", "ceil_div", "matrix_sizes", "matrix_int8", "extreme_int8",
            "random_int8"]
-
-
-def ceil_div(a, b):
-    return -(-a // b)
 
 
 class GroupSerializer(wiring.Component):

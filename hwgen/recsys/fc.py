@@ -28,14 +28,11 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..lib.intmath import ceil_div
 from ..lib.pipeline import adder_tree, delay
 from . import golden
 
 __all__ = ["FCConfig", "FC", "FCModel", "TEST_CONFIGS", "input_layout", "output_layout"]
-
-
-def _ceil_div(a, b):
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -71,20 +68,20 @@ class FCConfig(Config):
     def steps(self):
         """S: cycles per output row (broadcast words per input vector), ``ceil(in_dim /
         mults)``."""
-        return _ceil_div(self.in_dim, self.mults)
+        return ceil_div(self.in_dim, self.mults)
 
     @property
     def rounds(self):
         """R: output rows per PE, ``ceil(out_dim / pes)``."""
-        return _ceil_div(self.out_dim, self.pes)
+        return ceil_div(self.out_dim, self.pes)
 
     @property
     def in_beats(self):
-        return _ceil_div(self.in_dim, self.lanes)
+        return ceil_div(self.in_dim, self.lanes)
 
     @property
     def out_beats(self):
-        return _ceil_div(self.out_dim, self.lanes)
+        return ceil_div(self.out_dim, self.lanes)
 
     @property
     def result_bits(self):
@@ -103,7 +100,7 @@ class FCConfig(Config):
 
     def beat_rounds(self, beat):
         """Rounds that must be complete before output beat ``beat`` can be sent."""
-        return _ceil_div(min((beat + 1) * self.lanes, self.out_dim), self.pes)
+        return ceil_div(min((beat + 1) * self.lanes, self.out_dim), self.pes)
 
     @cached_property
     def out_banks(self):

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 
 from ..boards import load_board
 from ..errors import ConfigError
+from ..lib.intmath import ceil_div
 from .embedding import output_beat_times
 from .fc import FCConfig
 from .partition import partition
@@ -168,10 +169,6 @@ class DesignPerformance:
                             "latency_ns": s.latency_ns, **s.detail} for s in self.stages]}
 
 
-def _ceil_div(a, b):
-    return -(-a // b)
-
-
 def lookup_stage(placement, lanes=LANES, memory_latency=None, inflight=INFLIGHT):
     """Cycle model of the lookup unit for ``placement`` (any model; the formulas of
     :meth:`hwgen.recsys.embedding.EmbeddingConfig.performance`).
@@ -184,7 +181,7 @@ def lookup_stage(placement, lanes=LANES, memory_latency=None, inflight=INFLIGHT)
     p, model = placement, placement.model
     if lanes < 1:
         raise ConfigError("lanes", "must be at least 1", value=lanes)
-    out_beats = _ceil_div(model.concat_len, lanes)
+    out_beats = ceil_div(model.concat_len, lanes)
     times, memory_latency = output_beat_times(p, model.tables, lanes, out_beats, memory_latency)
     busiest = max([ch.beats for ch in p.channels], default=0)
     interval = max(out_beats, 1, busiest)
