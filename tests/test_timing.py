@@ -1,0 +1,160 @@
+"""``hwgen timing``: the ECP5 place-and-route flow with its reference design, and the
+UltraScale+ logic-depth walk of a yosys netlist.
+
+The live runs assert only that the figures exist and are sane; speed goals are in
+``hwgen bench timing``, not here.
+"""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import requires_ecp5_flow, requires_yosys
+from hwgen import registry
+from hwgen.cli import main
+from hwgen.errors import ConfigError
+from hwgen.flow.logic_depth import netlist_depth
+from hwgen.flow.timing import measure_timing, parse_pnr_report
+
+
+# -- the netlist walk on hand-made netlists ---------------------------------------------------
+
+def _cell(kind, conns, dirs, **params):
+    return {"type": kind, "connections": conns, "port_directions": dirs,
+            "parameters": {k: format(v, "032b") for k, v in params.items()}}
+
+
+def _ff(d, q):
+    return _cell("FDRE", {"D": [d], "Q": [q], "C": [2], "CE": ["1"], "R": ["0"]},
+                 {"D": "input", "Q": "output", "C": "input", "CE": "input", "R": "input"})
+
+
+def _lut(ins, out):
+    return _cell("LUT4", {"I0": ins, "O": [out]}, {"I0": "input", "O": "output"})
+
+
+def _carry(ci, s, co):
+    return _cell("CARRY4", {"CI": [ci], "S": s, "CO": [co], "O": [co + 100]},
+                 {"CI": "input", "S": "input", "CO": "output", "O": "output"})
+
+
+def _module(cells, inputs=(10,), outputs=()):
+    ports = {"clk": {"direction": "input", "bits": [2]},
+             "i": {"direction": "input", "bits": list(inputs)}}
+    if outputs:
+        ports["o"] = {"direction": "output", "bits": list(outputs)}
+    return {"modules": {"top": {"ports": ports, "cells": cells}}}
+
+
+def test_depth_counts_luts_between_registers():
+    # ff0 -> 5 LUTs -> ff1: five levels; a one-LUT side path does not count.
+    cells = {"ff0": _ff(10, 20), "ff1": _ff(25, 30), "ff2": _ff(40, 41),
+             "side": _lut([20], 40)}
+    for k in range(5):
+        cells[f"l{k}"] = _lut([20 + k], 21 + k)
+    d = netlist_depth(_module(cells), "top")
+    assert (d["lut_levels"], d["carry_chains"], d["levels"]) == (5, 0, 5)
+    assert d["path"][0] == "ff0" and d["path"][-1] == "ff1"
+    assert not d["goal_met"]
+
+
+def test_depth_counts_a_cascaded_carry_chain_once():
+    # ff0 -> LUT -> carry a -> carry b (cascaded through CI) -> LUT -> carry c -> ff1
+    cells = {"ff0": _ff(10, 20), "lut": _lut([20], 21), "a": _carry("0", [21], 22),
+             "b": _carry(22, ["0"], 23), "lut2": _lut([23], 24), "c": _carry("0", [24], 25),
+             "ff1": _ff(25, 26)}
+    d = netlist_depth(_module(cells), "top")
+    assert (d["lut_levels"], d["carry_chains"], d["carry_cells"]) == (2, 2, 3)
+    assert d["levels"] == 4
+
+
+def _dsp(a, p, **params):
+    return _cell("DSP48E2", {"A": [a], "B": ["0"], "P": [p], "CLK": [2]},
+                 {"A": "input", "B": "input", "P": "output", "CLK": "input"}, **params)
+
+
+def test_dsp_between_registers_counts_as_registered():
+    cells = {"ff0": _ff(10, 20), "dsp": _dsp(20, 21), "ff1": _ff(21, 22)}
+    d = netlist_depth(_module(cells), "top")
+    assert (d["dsp48e2"], d["dsp_unregistered"], d["levels"]) == (1, 0, 0)
+    assert d["goal_met"]
+
+
+def test_dsp_followed_by_logic_is_a_level():
+    cells = {"ff0": _ff(10, 20), "dsp": _dsp(20, 21), "lut": _lut([21], 22),
+             "ff1": _ff(22, 23)}
+    d = netlist_depth(_module(cells), "top")
+    assert (d["dsp_unregistered"], d["dsp_ram_levels"], d["lut_levels"]) == (1, 1, 1)
+    assert not d["goal_met"]
+    # With its P register on, the same DSP starts the path.
+    cells["dsp"] = _dsp(20, 21, AREG=1, BREG=1, PREG=1)
+    d = netlist_depth(_module(cells), "top")
+    assert (d["dsp_unregistered"], d["dsp_ram_levels"], d["levels"]) == (0, 0, 1)
+
+
+def test_block_ram_into_logic_is_a_level():
+    ram = _cell("RAMB18E2", {"ADDRARDADDR": [20], "DOUTADOUT": [21], "CLKARDCLK": [2]},
+                {"ADDRARDADDR": "input", "DOUTADOUT": "output", "CLKARDCLK": "input"})
+    cells = {"ff0": _ff(10, 20), "ram": ram, "lut": _lut([21], 22), "ff1": _ff(22, 23)}
+    d = netlist_depth(_module(cells), "top")
+    assert (d["ram_unregistered"], d["dsp_ram_levels"]) == (1, 1)
+    cells = {"ff0": _ff(10, 20), "ram": ram, "ff1": _ff(21, 23)}
+    d = netlist_depth(_module(cells), "top")
+    assert (d["ram_unregistered"], d["levels"]) == (0, 0)
+
+
+def test_parse_pnr_report_picks_the_slowest_clock_and_its_path():
+    step = lambda kind, delay, cell, port: {"type": kind, "delay": delay,  # noqa: E731
+                                            "from": {"cell": cell, "port": port},
+                                            "to": {"cell": cell, "port": port}}
+    report = {"fmax": {"ap_clk": {"achieved": 123.4, "constraint": 400}},
+              "critical_paths": [{"from": "posedge ap_clk", "to": "posedge ap_clk", "path": [
+                  step("clk-to-q", 0.5, "a", "Q"), step("routing", 1.5, "a", "Q"),
+                  step("logic", 0.3, "lut", "A"), step("routing", 1.0, "lut", "F"),
+                  step("logic", 0.1, "cc", "FCI"), step("setup", 0.1, "b", "DI")]}],
+              "utilization": {"TRELLIS_FF": {"used": 9, "available": 100},
+                              "DP16KD": {"used": 0, "available": 208}}}
+    r = parse_pnr_report(report)
+    assert r["fmax_mhz"] == 123.4 and r["clock"] == "ap_clk"
+    cp = r["critical_path"]
+    assert (cp["from"], cp["to"], cp["logic_levels"], cp["carry_steps"]) == ("a", "b", 1, 1)
+    assert cp["routing_share"] == pytest.approx(2.5 / 3.5, abs=1e-3)
+    assert r["utilization"] == {"TRELLIS_FF": {"used": 9, "available": 100}}
+
+
+def test_seeds_out_of_range_name_the_parameter():
+    acc = registry.get("gmi-broadcast")
+    with pytest.raises(ConfigError, match="seeds"):
+        measure_timing(acc, acc.make_config(), seeds=0)
+
+
+# -- live runs of the open flow -----------------------------------------------------------------
+
+@requires_ecp5_flow
+@requires_yosys
+@pytest.mark.parametrize("name, sets", [("gmi-broadcast", ["members=3"]),
+                                        ("gmi-header", [])])
+def test_timing_runs_block_and_reference(tmp_path, name, sets):
+    args = ["timing", name, "--seeds", "1", "--json", str(tmp_path / "t.json")]
+    for s in sets:
+        args += ["--set", s]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    r = json.loads((tmp_path / "t.json").read_text())
+    assert r["seeds"] == [1] and len(r["fmax_mhz_per_seed"]) == 1
+    # A placed and routed ECP5 design runs between 20 and 500 MHz; the reference's block-RAM
+    # clock-to-out (5.8 ns) alone bounds it below 170 MHz.
+    assert 20 < r["fmax_mhz"] < 500
+    assert 50 < r["reference"]["fmax_mhz"] < 170
+    assert r["fmax_ratio"] == pytest.approx(r["fmax_mhz"] / r["reference"]["fmax_mhz"],
+                                            abs=1e-3)
+    cp = r["critical_path"]
+    assert cp["from"] and cp["to"] and cp["delay_ns"] == pytest.approx(1000 / r["fmax_mhz"],
+                                                                       rel=0.05)
+    assert 0 <= cp["routing_share"] <= 1 and cp["logic_levels"] >= 0
+    assert r["resources"]["ff"] > 0 and r["resources"]["lut4"] > 0
+    us = r["ultrascale"]
+    assert us["levels"] == us["lut_levels"] + us["carry_chains"] + us["dsp_ram_levels"]
+    assert us["levels"] >= 1 and len(us["path"]) >= 2
+    assert "fmax_ratio" in result.output and "UltraScale+" in result.output
