@@ -106,7 +106,8 @@ def list_cmd(name, boards):
 @main.command()
 @click.argument("name")
 @with_config_options
-@click.option("--board", help="Target board (see hwgen list --boards).")
+@click.option("--board", help="Target board (see hwgen list --boards); an open-flow ECP5 "
+              "board (ecpix5-85, ecpix5-45, ulx3s-85f) gives a self-test bitstream.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output directory.")
 @click.option("--synth/--no-synth", default=False,
@@ -115,11 +116,21 @@ def list_cmd(name, boards):
 def build(name, sets, config_file, board, out_dir, synth):
     """Generate Verilog, ports.json, report.json and vendor files."""
     from .flow.build import build_accelerator
-    board_obj = _board(board)
+    from .flow.openboard import OPEN_BOARDS, build_bitstream
+    open_board = board in OPEN_BOARDS
+    board_obj = None if open_board else _board(board)
     acc, cfg = _config(name, sets, config_file, board_obj)
     written = build_accelerator(acc, cfg, board_obj, Path(out_dir), synth=synth, log=_log)
+    if open_board:
+        paths, report = build_bitstream(acc, cfg, board, Path(out_dir), log=_log)
+        written += paths
     for path in written:
         click.echo(str(path))
+    if open_board:
+        click.echo(f"{report['platform']}: post-route Fmax {report['fmax_mhz']} MHz at the "
+                   f"board's {report['board_clock_mhz']:g} MHz clock: timing "
+                   f"{'met' if report['timing_met'] else 'NOT met'}; self-test of "
+                   f"{report['bist_items']} items, {report['leds']}")
 
 
 @main.command()

