@@ -20,7 +20,7 @@ MPI4PY  := mpi4py==4.1.2
 ACCELERATORS := $(shell $(PYTHON) -c "import sys; sys.path.insert(0, '.'); \
 	from hwgen.registry import names; print(' '.join(names()))")
 
-.PHONY: setup test demo clean distclean list $(ACCELERATORS)
+.PHONY: setup test demo timing clean distclean list $(ACCELERATORS)
 
 setup: $(VENV)/.installed
 
@@ -47,6 +47,11 @@ demo: setup
 
 list: setup
 	$(HWGEN) list
+
+# ECP5 place and route of every registered accelerator beside the reference design, before
+# (recorded baseline) and after (this tree): the table of README "Timing".
+timing: setup
+	$(HWGEN) bench timing --json build/timing.json
 
 # One target per accelerator: simulate with random stalls against the golden model, then
 # build Verilog + vendor files for $(BOARD) with a yosys resource estimate, into build/<name>/.

@@ -311,6 +311,24 @@ def bench():
     """Benchmarks: measured throughput/latency and resources, printed as tables."""
 
 
+@bench.command("timing")
+@click.option("--seeds", type=int, default=2, show_default=True,
+              help="Place and route with seeds 1..N per block (median).")
+@click.option("--only", "names", multiple=True, metavar="NAME",
+              help="Only these accelerators (repeatable).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the rows as JSON.")
+@reports_errors
+def bench_timing(seeds, names, json_path):
+    """ECP5 Fmax and ratio of every registered accelerator, before/after issue 11."""
+    from .flow.timing_bench import bench_timing as run_bench
+    for name in names:
+        registry.get(name)
+    if json_path:
+        _check_writable(json_path)
+    run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log)
+
+
 @bench.command("pq-decoder")
 @reports_errors
 def bench_pq_decoder():
