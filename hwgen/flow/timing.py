@@ -19,6 +19,7 @@ command and seed, so ``hwgen build`` can put the figures in ``report.json``.
 
 import hashlib
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -59,10 +60,29 @@ def ecp5_tools():
     return found
 
 
+def _does_not_fit(log_path):
+    """nextpnr's utilisation lines of cell types over 100%, when placement ran out of sites."""
+    try:
+        text = log_path.read_text()
+    except OSError:
+        return None
+    if "no BELs remaining" not in text:
+        return None
+    over = []
+    for kind, used, avail in re.findall(r"(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", text):
+        if int(used) > int(avail) and f"{kind} {used}/{avail}" not in over:
+            over.append(f"{kind} {used}/{avail}")
+    return ", ".join(over) or "placement ran out of sites"
+
+
 def _run(cmd, cwd, what, log_name):
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
+        over = _does_not_fit(Path(cwd) / log_name)
+        if over:
+            raise ToolError(f"{what}: the design does not fit the {PART['device']} ({over}); "
+                            f"time a smaller configuration")
         tail = (proc.stderr or proc.stdout)[-1500:]
         raise ToolError(f"{what} failed (exit {proc.returncode}); log {Path(cwd) / log_name}:"
                         f"\n{tail}")
