@@ -77,9 +77,11 @@ class Router(wiring.Component):
     Ports
     -----
     ``i_cfg`` : In stream of :func:`cfg_layout`
-        Table writes, one per beat (always ready). ``i_pkt`` is held (not ready) until the
-        first configuration beat with ``last`` set has been written; later frames update the
-        tables while packets flow (a packet uses the entry read at its first beat).
+        Table writes, one per beat (always ready; a beat is registered, then written in the
+        next cycle). ``i_pkt`` is held (not ready) until the first configuration beat with
+        ``last`` set has been written; later frames update the tables while packets flow (a
+        packet uses the entry read in the cycle its first beat is accepted, i.e. the writes of
+        configuration beats accepted at least two cycles earlier).
     ``i_pkt`` : In packet stream (``packet_layout(data_bits)``)
     ``o_local`` : Out packet stream, packets for kernels on this FPGA
     ``o_net`` : Out packet stream, packets for other FPGAs
@@ -89,8 +91,14 @@ class Router(wiring.Component):
     ``status_delivered``, ``status_dropped_<kind>`` : counters (32 bits) of routed packets
         and of dropped packets per kind (:data:`~hwgen.cluster.switch.DROP_KINDS`).
 
-    Latency: a packet appears on its output ``beats + 1`` cycles after its first beat entered
-    (store-and-forward, :class:`~hwgen.cluster.switch.PacketFilter`); one beat per cycle.
+    Pipeline (:class:`~hwgen.cluster.switch.PacketFilter` with ``accept_latency`` = 1): the
+    first beat's TDEST addresses both tables through synchronous read ports (the read data
+    and the range checks are registered); the next cycle picks the entry and checks the
+    packet; counters change two cycles after that (3 cycles after the TLAST beat entered).
+    Whether an entry's address is this node's is computed when the entry is written.
+
+    Latency: a packet appears on its output ``beats + 2`` cycles after its first beat entered
+    (store-and-forward; ``beats + 1`` before the pipelining of issue 11); one beat per cycle.
     Backpressure: a stalled output stalls the buffer's head packet (and, once the buffer is
     full, ``i_pkt``); dropped packets are consumed at full rate.
     """
@@ -109,18 +117,23 @@ class Router(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self.config
-        entry = data.StructLayout({"address": ADDR_BITS, "valid": 1})
+        # Table entries keep whether the address is this node's (compared when written).
+        entry = data.StructLayout({"address": ADDR_BITS, "valid": 1, "local": 1})
         m.submodules.ktab = ktab = Memory(shape=entry, depth=c.members, init=[])
         m.submodules.ctab = ctab = Memory(shape=entry, depth=c.clusters, init=[])
         kw, cw = ktab.write_port(), ctab.write_port()
-        kr, cr = ktab.read_port(domain="comb"), ctab.read_port(domain="comb")
-        cfg = self.i_cfg.payload
+        kr, cr = ktab.read_port(), ctab.read_port()         # synchronous: data registered
+        # Configuration beats are registered, then written (and ``configured`` set).
+        cfg = Signal(cfg_layout())
+        cfg_valid = Signal()
+        m.d.sync += [cfg.eq(self.i_cfg.payload), cfg_valid.eq(self.i_cfg.valid)]
         configured = Signal()
-        m.d.comb += [self.i_cfg.ready.eq(1),
-                     kw.addr.eq(cfg.index), cw.addr.eq(cfg.index),
-                     kw.data.address.eq(cfg.address), kw.data.valid.eq(cfg.valid),
-                     cw.data.address.eq(cfg.address), cw.data.valid.eq(cfg.valid)]
-        with m.If(self.i_cfg.valid):
+        for w in (kw, cw):
+            m.d.comb += [w.addr.eq(cfg.index), w.data.address.eq(cfg.address),
+                         w.data.valid.eq(cfg.valid),
+                         w.data.local.eq(cfg.address == c.node_address)]
+        m.d.comb += self.i_cfg.ready.eq(1)
+        with m.If(cfg_valid):
             with m.If(cfg.table == 0):
                 m.d.comb += kw.en.eq(cfg.index < c.members)
             with m.Else():
@@ -131,19 +144,19 @@ class Router(wiring.Component):
         info = data.StructLayout({"local": 1, "addr": ADDR_BITS})
 
         def accept(m, beat):
-            inter = beat.user[INTER_CLUSTER_BIT]
+            # Table reads addressed by the beat; ``ok``/``info`` one cycle later.
             m.d.comb += [kr.addr.eq(beat.dest), cr.addr.eq(beat.dest)]
-            in_k = Signal()
-            in_c = Signal()
-            m.d.comb += [in_k.eq(beat.dest < c.members), in_c.eq(beat.dest < c.clusters)]
+            inter, in_k, in_c = Signal(), Signal(), Signal()
+            m.d.sync += [inter.eq(beat.user[INTER_CLUSTER_BIT]),
+                         in_k.eq(beat.dest < c.members), in_c.eq(beat.dest < c.clusters)]
             ok = Mux(inter, in_c & cr.data.valid, in_k & kr.data.valid)
-            addr = Mux(inter, cr.data.address, kr.data.address)
             res = Signal(info)
-            m.d.comb += [res.addr.eq(addr), res.local.eq(addr == c.node_address)]
+            m.d.comb += [res.addr.eq(Mux(inter, cr.data.address, kr.data.address)),
+                         res.local.eq(Mux(inter, cr.data.local, kr.data.local))]
             return ok, res.as_value()
 
         m.submodules.filter = f = PacketFilter(c.data_bits, c.max_beats, accept,
-                                               info_bits=info.size)
+                                               info_bits=info.size, accept_latency=1)
         m.d.comb += [f.i_pkt.payload.eq(self.i_pkt.payload),
                      f.i_pkt.valid.eq(self.i_pkt.valid & configured),
                      self.i_pkt.ready.eq(f.i_pkt.ready & configured)]

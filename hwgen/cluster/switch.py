@@ -154,8 +154,10 @@ class KernelSwitch(wiring.Component):
 
 
 def _contiguous(keep, lanes):
-    """1 when ``keep`` is ``2**n - 1`` (n >= 1)."""
-    return (keep != 0) & ((keep & (keep + 1))[:lanes] == 0)
+    """1 when ``keep`` is ``2**n - 1`` (n >= 1): bit 0 set and no set bit above a clear one
+    (no carry chain)."""
+    holes = [~keep[k] & keep[k + 1] for k in range(lanes - 1)]
+    return keep[0] & ~Cat(*holes).any() if holes else keep[0]
 
 
 class PacketFilter(wiring.Component):
@@ -166,7 +168,11 @@ class PacketFilter(wiring.Component):
     with every beat on ``o_pkt``), status counters ``status_delivered`` and
     ``status_dropped_<kind>`` for every kind of :data:`DROP_KINDS` (``COUNTER_BITS`` wide,
     wrapping). ``accept(m, beat)`` (given at construction) returns ``(ok, info)`` Amaranth
-    values from a beat's payload: ``ok`` = 0 drops the packet as ``unknown``.
+    values from a beat's payload: ``ok`` = 0 drops the packet as ``unknown``. With
+    ``accept_latency`` = 0 they are combinational functions of ``beat`` (the filter registers
+    them); with ``accept_latency`` = 1 they are the values for the ``beat`` of the previous
+    cycle (``accept`` registers its inputs every cycle, unconditionally, e.g. a synchronous
+    read port of a table addressed by ``beat.dest``, so memory read data feeds a register).
 
     Checks (as :func:`hwgen.cluster.packet.classify` with ``max_beats``, first failing beat
     decides, in that order): TKEEP = 0 (``zero-length``); TKEEP not ``2**n - 1`` or not all
@@ -176,18 +182,31 @@ class PacketFilter(wiring.Component):
     of the first beat (``unknown``). A malformed packet's beats are discarded up to its TLAST;
     one counter increments per dropped packet, ``status_delivered`` per packet passed on.
 
+    Pipeline: stage 0 accepts a beat and registers its per-beat checks (and ``accept``'s
+    inputs); stage 1 combines them with the packet's earlier beats, writes the beat to the
+    buffer (or rewinds a dropped packet) and registers which counter to increment; stage 2
+    increments it. A counter therefore changes 3 cycles after the packet's TLAST beat was
+    accepted (by then the packet's first beat can just have left ``o_pkt``).
+
     Buffer: ``depth`` beats (a power of two >= max_beats + 1) of on-chip memory; a packet is
     written as it arrives and becomes visible on ``o_pkt`` after its TLAST beat passed the
-    checks (a dropped packet's beats are rewound). Latency: the packet's length + 1 cycles
-    from its first input beat to its first output beat; one beat per cycle in and out.
-    Backpressure: ``i_pkt`` is stalled only while the buffer is full (beats of a packet being
-    discarded are always accepted), so a stalled output never stops counting of drops ahead of
-    a full buffer, and dropped packets never block later ones.
+    checks (a dropped packet's beats are rewound). Latency: the packet's length + 2 cycles
+    from its first input beat to its first output beat (a one-beat packet accepted in cycle
+    ``t`` is first offered in cycle ``t + 2``); one beat per cycle in and out.
+    Backpressure: ``i_pkt`` is stalled only while the buffer is full (a registered test that
+    counts the beats in stages 0 and 1, so one entry can stay unused; beats of a packet
+    being discarded are always accepted once its error is known), so a stalled output never
+    stops counting of drops ahead of a full buffer, and dropped packets never block later
+    ones.
     """
 
-    def __init__(self, data_bits, max_beats, accept=None, info_bits=1, depth=None):
+    def __init__(self, data_bits, max_beats, accept=None, info_bits=1, depth=None,
+                 accept_latency=0):
+        if accept_latency not in (0, 1):
+            raise ValueError("accept_latency must be 0 or 1")
         self.data_bits, self.max_beats = data_bits, max_beats
         self.accept = accept or (lambda m, beat: (Const(1), Const(0, info_bits)))
+        self.accept_latency = accept_latency
         self.info_bits = info_bits
         need = max(2 * max_beats, max_beats + 1, 4)
         self.depth = depth or 1 << (need - 1).bit_length()
@@ -207,76 +226,120 @@ class PacketFilter(wiring.Component):
         wr = mem.write_port()
         rd = mem.read_port(domain="comb")
         abits = (self.depth - 1).bit_length()
-        wp = Signal(abits + 1)      # next write (speculative, rewound on drop)
-        cp = Signal(abits + 1)      # end of committed packets
-        rp = Signal(abits + 1)      # next read
-        count = Signal(range(self.max_beats + 2))   # beats seen of the current packet (sat.)
-        err = Signal(range(len(DROP_KINDS) + 1))    # 0 = none, else kind index + 1
-        head = Signal(layout)
-        head_ok = Signal()
-        head_info = Signal(self.info_bits)
-
+        kind_of = {k: n + 1 for n, k in enumerate(DROP_KINDS)}
         i, o = self.i_pkt, self.o_pkt
         beat = i.payload
-        first = count == 0
-        ok_now, info_now = self.accept(m, beat)
-        cur_ok = Signal()
-        cur_info = Signal(self.info_bits)
-        ref = Signal(layout)
-        m.d.comb += [cur_ok.eq(Mux(first, ok_now, head_ok)),
-                     cur_info.eq(Mux(first, info_now, head_info)),
-                     ref.eq(Mux(first, beat, head))]
-        kind_of = {k: n + 1 for n, k in enumerate(DROP_KINDS)}
-        beat_err = Signal.like(err)
-        with m.If(beat.keep == 0):
-            m.d.comb += beat_err.eq(kind_of["zero-length"])
-        with m.Elif(~_contiguous(beat.keep, lanes) | (~beat.last & (beat.keep != full_keep))):
-            m.d.comb += beat_err.eq(kind_of["bad-keep"])
-        with m.Elif((beat.dest != ref.dest) | (beat.id != ref.id) | (beat.user != ref.user)):
-            m.d.comb += beat_err.eq(kind_of["tlast-missing"])
-        with m.Elif(count >= self.max_beats):
-            m.d.comb += beat_err.eq(kind_of["too-long"])
-        new_err = Signal.like(err)
-        m.d.comb += new_err.eq(Mux(err != 0, err, beat_err))
-        end_err = Signal.like(err)
-        truncated = beat.user[INTER_CLUSTER_BIT] & first & (beat.keep < 3)
-        with m.If(new_err != 0):
-            m.d.comb += end_err.eq(new_err)
-        with m.Elif(truncated):
-            m.d.comb += end_err.eq(kind_of["truncated"])
-        with m.Elif(~cur_ok):
-            m.d.comb += end_err.eq(kind_of["unknown"])
 
-        used = wp - rp
-        full = used[:abits + 1] >= self.depth
-        m.d.comb += i.ready.eq(~full | (err != 0) | (count >= self.max_beats))
-        m.d.comb += [wr.addr.eq(wp[:abits]), wr.data.beat.eq(beat), wr.data.info.eq(cur_info)]
-
-        counters = {k: getattr(self, status_name(k)) for k in DROP_KINDS}
-        with m.If(i.valid & i.ready):
+        # -- stage 0: accept a beat, check it on its own and against the packet's first beat.
+        count = Signal(range(self.max_beats + 2))   # beats seen of the current packet (sat.)
+        first = Signal(init=1)                      # the next beat starts a packet
+        over = Signal()                             # count >= max_beats
+        head = Signal(layout)                       # first beat (dest/id/user compared)
+        fire0 = Signal()
+        # The beat's own checks, one flag per kind (their order is applied in stage 1).
+        checks = {"zero-length": beat.keep == 0,
+                  "bad-keep": ~_contiguous(beat.keep, lanes)
+                  | (~beat.last & (beat.keep != full_keep)),
+                  "tlast-missing": ~first & ((beat.dest != head.dest) | (beat.id != head.id)
+                                             | (beat.user != head.user)),
+                  "too-long": over}
+        ok0, info0 = self.accept(m, beat)
+        with m.If(fire0):
+            m.d.sync += first.eq(beat.last)
             with m.If(first):
-                m.d.sync += [head.eq(beat), head_ok.eq(ok_now), head_info.eq(info_now)]
+                m.d.sync += [head.dest.eq(beat.dest), head.id.eq(beat.id),
+                             head.user.eq(beat.user)]
             with m.If(beat.last):
-                m.d.sync += [count.eq(0), err.eq(0)]
-                with m.If(end_err != 0):
-                    m.d.sync += wp.eq(cp)
-                    with m.Switch(end_err):
-                        for k, n in kind_of.items():
-                            with m.Case(n):
-                                m.d.sync += counters[k].eq(counters[k] + 1)
-                with m.Else():
-                    m.d.comb += wr.en.eq(1)
-                    m.d.sync += [wp.eq(wp + 1), cp.eq(wp + 1),
-                                 self.status_delivered.eq(self.status_delivered + 1)]
+                m.d.sync += [count.eq(0), over.eq(0)]
             with m.Else():
                 with m.If(count <= self.max_beats):
                     m.d.sync += count.eq(count + 1)
-                m.d.sync += err.eq(new_err)
-                with m.If(new_err != 0):
+                with m.If(count >= self.max_beats - 1):
+                    m.d.sync += over.eq(1)
+
+        # stage 0 -> 1 registers (unconditional: v1 says whether they hold a beat)
+        v1 = Signal()
+        beat1 = Signal(layout)
+        first1 = Signal()
+        flags1 = {k: Signal(name=f"check_{k.replace('-', '_')}") for k in checks}
+        trunc1 = Signal()
+        m.d.sync += [v1.eq(fire0), beat1.eq(beat), first1.eq(first),
+                     trunc1.eq(beat.user[INTER_CLUSTER_BIT] & first & (beat.keep < 3))]
+        m.d.sync += [flags1[k].eq(v) for k, v in checks.items()]
+        if self.accept_latency == 0:
+            ok1, info1 = Signal(), Signal(self.info_bits)
+            m.d.sync += [ok1.eq(ok0), info1.eq(info0)]
+        else:
+            ok1, info1 = ok0, info0
+
+        # -- stage 1: packet state, buffer write or rewind, which counter to increment.
+        err1 = Signal(range(len(DROP_KINDS) + 1))   # 0 = none, else kind index + 1
+        for k in reversed(list(checks)):            # the first failing check wins
+            with m.If(flags1[k]):
+                m.d.comb += err1.eq(kind_of[k])
+        bad1 = Cat(*flags1.values()).any()
+        wp = Signal(abits + 1)      # next write (speculative, rewound on drop)
+        cp = Signal(abits + 1)      # end of committed packets
+        rp = Signal(abits + 1)      # next read
+        err = Signal.like(err1)         # first error of the current packet so far
+        err_nz = Signal()               # err != 0
+        head_ok = Signal()
+        head_info = Signal(self.info_bits)
+        cur_ok = Signal()
+        cur_info = Signal(self.info_bits)
+        m.d.comb += [cur_ok.eq(Mux(first1, ok1, head_ok)),
+                     cur_info.eq(Mux(first1, info1, head_info))]
+        drop_mid = err_nz | bad1
+        drop_end = drop_mid | trunc1 | ~cur_ok
+        new_err = Mux(err_nz, err, err1)
+        end_err = Signal.like(err1)
+        with m.If(drop_mid):
+            m.d.comb += end_err.eq(new_err)
+        with m.Elif(trunc1):
+            m.d.comb += end_err.eq(kind_of["truncated"])
+        with m.Elif(~cur_ok):
+            m.d.comb += end_err.eq(kind_of["unknown"])
+        m.d.comb += [wr.addr.eq(wp[:abits]), wr.data.beat.eq(beat1), wr.data.info.eq(cur_info)]
+        inc_delivered = Signal()
+        inc_drop = {k: Signal(name=f"inc_{k.replace('-', '_')}") for k in DROP_KINDS}
+        end1 = v1 & beat1.last
+        m.d.sync += [inc_delivered.eq(end1 & ~drop_end)]
+        m.d.sync += [inc_drop[k].eq(end1 & (end_err == n)) for k, n in kind_of.items()]
+        with m.If(v1):
+            with m.If(first1):
+                m.d.sync += [head_ok.eq(ok1), head_info.eq(info1)]
+            with m.If(beat1.last):
+                m.d.sync += [err.eq(0), err_nz.eq(0)]
+                with m.If(drop_end):
+                    m.d.sync += wp.eq(cp)
+                with m.Else():
+                    m.d.comb += wr.en.eq(1)
+                    m.d.sync += [wp.eq(wp + 1), cp.eq(wp + 1)]
+            with m.Else():
+                m.d.sync += [err.eq(new_err), err_nz.eq(drop_mid)]
+                with m.If(drop_mid):
                     m.d.sync += wp.eq(cp)
                 with m.Else():
                     m.d.comb += wr.en.eq(1)
                     m.d.sync += wp.eq(wp + 1)
+
+        # -- stage 2: counters.
+        with m.If(inc_delivered):
+            m.d.sync += self.status_delivered.eq(self.status_delivered + 1)
+        for k in DROP_KINDS:
+            ctr = getattr(self, status_name(k))
+            with m.If(inc_drop[k]):
+                m.d.sync += ctr.eq(ctr + 1)
+
+        # Input ready: a beat may be accepted when the buffer has room for it and for the
+        # beats still in stages 0 and 1 (``full`` is registered: it assumes a beat was
+        # accepted in the cycle before), or when it is discarded anyway.
+        used = Signal(abits + 1)
+        full = Signal()
+        m.d.comb += used.eq(wp - rp)
+        m.d.sync += full.eq(Mux(v1, used >= self.depth - 2, used >= self.depth - 1))
+        m.d.comb += [i.ready.eq(~full | (~first & err_nz) | over),
+                     fire0.eq(i.valid & i.ready)]
 
         m.d.comb += [rd.addr.eq(rp[:abits]), o.payload.eq(rd.data.beat),
                      self.o_info.eq(rd.data.info), o.valid.eq(rp != cp)]

@@ -42,8 +42,9 @@ class PQDecoderConfig(Config):
 
     @property
     def latency(self):
-        """Cycles from a code being accepted to its distance entering the output FIFO."""
-        return 1 + self.tree_latency
+        """Cycles from a code being accepted to its distance entering the output FIFO: the
+        memory read, a register on the read data, then the adder tree."""
+        return 2 + self.tree_latency
 
     def performance(self, scans=None):
         """Cycle model (no stalls). ``scans``: lengths of the code streams, one LUT each.
@@ -96,8 +97,10 @@ class PQDecoder(wiring.Component):
 
     Timing
     ------
-    Initiation interval 1 code per cycle. Latency ``2 + ceil(log2 m)`` cycles from code
-    acceptance to ``o_dist.valid`` (memory read, adder tree, output FIFO register).
+    Initiation interval 1 code per cycle. Latency ``4 + ceil(log2 m)`` cycles from code
+    acceptance to ``o_dist.valid``: memory read, a register on the read data (block-RAM
+    clock-to-out is long, so nothing follows it combinationally), one cycle per adder-tree
+    level, output FIFO (2 cycles).
 
     With ``lut_buffers=2`` a LUT is loaded into the idle buffer while codes are scanned with the
     other, so loading never stalls codes if the next LUT arrives during the current scan.
@@ -178,9 +181,14 @@ class PQDecoder(wiring.Component):
             m.d.sync += full.eq(full - 1)
 
         # One memory per LUT column; bank bit (if any) above the row address.
+        # ``no_rw_check``: a read whose data is used never hits the row being written (with one
+        # buffer, loads and scans exclude each other via ``full``; with two, ``wbank`` differs
+        # from ``rbank`` whenever both are active), so yosys need not emulate read-old-data on
+        # collisions, which put a mux between the block-RAM output and the register.
         looked_up = []
         for i in range(c.m):
-            mem = memory.Memory(shape=unsigned(c.lut_bits), depth=256 * buffers, init=[])
+            mem = memory.Memory(shape=unsigned(c.lut_bits), depth=256 * buffers, init=[],
+                                attrs={"no_rw_check": 1})
             m.submodules[f"lut_col{i}"] = mem
             wr = mem.write_port()
             rd = mem.read_port()
@@ -190,10 +198,13 @@ class PQDecoder(wiring.Component):
             else:
                 m.d.comb += [wr.addr.eq(row), rd.addr.eq(code_i)]
             m.d.comb += [wr.data.eq(self.i_lut.payload.value[i]), wr.en.eq(load)]
-            looked_up.append(rd.data)
+            # Register the read data: block-RAM clock-to-out leaves no room for an adder.
+            entry = Signal.like(rd.data, name=f"lut_entry{i}", reset_less=True)
+            m.d.sync += entry.eq(rd.data)
+            looked_up.append(entry)
 
         total, tree_latency = adder_tree(m, looked_up, name="dist")
-        assert 1 + tree_latency == c.latency
+        assert 2 + tree_latency == c.latency
         m.d.comb += [
             out.i.valid.eq(delay(m, accept, c.latency, name="valid")),
             out.i.payload.dist.eq(total),
