@@ -281,7 +281,7 @@ class Gateway(wiring.Component):
         ``drop_length``, ``drop_overrun``; :data:`hwgen.cluster.golden.STATUS`), for every
         kind (0 for a kind that is not among ``virtual``)
 
-    Latency: store-and-forward in the decoder (a packet leaves ``beats + 1`` cycles after its
+    Latency: store-and-forward in the decoder (a packet leaves ``beats + 2`` cycles after its
     first beat), one more beat in the stripper, then the GMI kernel's own latency or none
     (forwarding). Throughput one beat per cycle. Backpressure: an output that stalls blocks
     the switch only while a packet for it is at the head; dropped packets never wait.
