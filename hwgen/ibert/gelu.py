@@ -16,19 +16,23 @@ Rewritten for hardware without changing a bit of the result:
   arithmetic shift ``w >> 14`` (wiring);
 * ``y = q * (w >> 14)``.
 
-Two multipliers per element: ``d*d`` (``bits(b)`` squared) and ``q * (w >> 14)``.
+Two multipliers per element: ``d*d`` (``bits(b)`` squared) and ``q * (w >> 14)``, each split
+into native-width partial products with registered inputs and outputs, summed by a pipelined
+adder tree (:func:`hwgen.lib.wide_mul.split_multiply`); ``w`` itself is never stored, only
+``z = w >> 14``.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Shape, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
 from ..lib.pipeline import delay
+from ..lib.wide_mul import split_multiply, split_multiply_stages
 from . import golden
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
     to_beats
@@ -91,6 +95,28 @@ class GeluConfig(Config):
         return ((k1 >> SHIFT, (k1 + b * b) >> SHIFT), ((k2 - b * b) >> SHIFT, k2 >> SHIFT))
 
     @property
+    def z_range(self):
+        """Range of ``z = w >> 14`` over both signs."""
+        (plo, phi), (nlo, nhi) = self.z_ranges
+        return min(plo, nlo), max(phi, nhi)
+
+    @property
+    def d_shape(self):
+        """Shape of ``d = min(|q| + b, 0)``: ``b..0``."""
+        return Shape.cast(range(self.folded[0], 1))
+
+    @property
+    def square_stages(self):
+        """Register stages of ``d*d`` (:func:`~hwgen.lib.wide_mul.split_multiply`)."""
+        return split_multiply_stages(self.d_shape, self.d_shape)
+
+    @property
+    def product_stages(self):
+        """Register stages of ``q * z`` (:func:`~hwgen.lib.wide_mul.split_multiply`)."""
+        return split_multiply_stages(signed(self.in_bits), Shape.cast(range(self.z_range[0],
+                                                                            self.z_range[1] + 1)))
+
+    @property
     def out_range(self):
         """Range of ``y``, per input sign: where ``|q| >= -b`` the clip makes ``z`` constant
         (``K1 >> 14`` or ``K2 >> 14``: these extremes are attained), below it an interval
@@ -121,8 +147,9 @@ class GeluConfig(Config):
     @property
     def latency(self):
         """Cycles from an input handshake to its result entering the output FIFO: input
-        register, ``d`` (adder, select), ``d*d`` (2), ``w`` (adder), ``q * z`` (2), output."""
-        return 1 + 7 + 1
+        register, ``d = min(|q| + b, 0)`` (adder, select), ``d*d`` (:attr:`square_stages`),
+        ``z = w >> 14`` (adder), ``q * z`` (:attr:`product_stages`), output register."""
+        return 1 + 1 + self.square_stages + 1 + self.product_stages + 1
 
     def performance(self, rows=None):
         """Cycle model without stalls: one beat per cycle, back to back across rows.
@@ -146,6 +173,7 @@ class GeluConfig(Config):
                 "out_range": list(self.out_range),
                 "square_bits": (-b).bit_length(),
                 "z_bits": max(signed_bits(v) for r in self.z_ranges for v in r),
+                "square_stages": self.square_stages, "product_stages": self.product_stages,
                 "beats_per_row": self.beats_per_row,
                 "lanes_in_last_beat": lanes_in_last_beat(self.row, self.lanes),
                 "pipeline_latency": self.latency, "output_fifo_depth": self.latency + 3}
@@ -188,8 +216,18 @@ class Gelu(wiring.Component):
     Timing
     ------
     Initiation interval one beat per cycle, rows back to back. Latency from an ``i_x``
-    handshake to the ``o_y`` beat: 11 cycles (input register, ``d``, ``d*d`` in two registers,
-    ``w``, ``q * z`` in two registers, output register, output FIFO 2).
+    handshake to the ``o_y`` beat: ``config.latency + 2`` cycles, 11 at the default
+    configuration: input register, ``d`` (``|q| + b`` and the select), ``d*d``
+    (``config.square_stages``: ``d`` copied into the multiplier's input register, the product
+    written into a register; 2 while ``d`` fits 18 signed bits, 15 bits at the default),
+    ``z``, ``q * z`` (``config.product_stages``: ``q`` and ``z`` copied into the multipliers'
+    input registers, the partial products in one register, then one adder level per halving
+    of their number; 3 at the default, a 32-bit ``q`` in two pieces times a 16-bit ``z``),
+    output register, output FIFO (2).
+
+    Every multiplier's inputs are registers of its own and its product is written straight
+    into a register (at most 18x18 signed per multiplier); each register stage holds at most
+    one adder carry chain and a few LUTs.
 
     Backpressure: ``o_y`` may stall at any time; the pipeline never stalls, ``i_x.ready``
     drops while the output FIFO could not hold everything in flight (a registered compare, no
@@ -208,32 +246,25 @@ class Gelu(wiring.Component):
         m = Module()
         b, k1, k2 = c.folded
         qlo, _ = c.q_range
-        pos, neg = c.z_ranges
-        w_lo = min(k1, k2 - b * b)
-        w_hi = max(k1 + b * b, k2)
-        out_lo, out_hi = c.out_range
+        z_lo, z_hi = c.z_range
 
         def lane(m, k, p):
             q = p.q[k]
             u = Signal(range(b, b - qlo + 1), name=f"u{k}")        # |q| + b
-            d = Signal(range(b, 1), name=f"d{k}")                  # min(|q| + b, 0)
-            sq = Signal(range(b * b + 1), name=f"sq{k}")
-            sq2 = Signal.like(sq, name=f"sq2_{k}")
-            w = Signal(range(w_lo, w_hi + 1), name=f"w{k}")
-            prod = Signal(range(out_lo, out_hi + 1), name=f"y{k}")
-            prod2 = Signal.like(prod, name=f"y2_{k}")
+            d = Signal(c.d_shape, name=f"d{k}")                    # min(|q| + b, 0)
+            z = Signal(range(z_lo, z_hi + 1), name=f"z{k}")        # w >> 14
             negative = q[-1]
-            m.d.sync += [
-                u.eq(Mux(negative, b - q, q + b)),
-                d.eq(Mux(u[-1], u, 0)),
-                sq.eq(d * d),
-                sq2.eq(sq),
-            ]
-            neg_w = delay(m, negative, 4, name=f"neg{k}")
-            m.d.sync += w.eq(Mux(neg_w, k2 - sq2, sq2 + k1))
-            q_w = delay(m, q, 5, name=f"q{k}")
-            m.d.sync += [prod.eq(q_w * (w >> SHIFT)), prod2.eq(prod)]
-            return prod2, 7
+            # d and z get registers of their own, which the multipliers' input registers copy
+            # (a multiplier's input register written from logic is placed by that logic,
+            # measured 1.5 ns further from the multiplier than one written from a register).
+            m.d.comb += u.eq(Mux(negative, b - q, q + b))
+            m.d.sync += d.eq(Mux(u[-1], u, 0))
+            sq, sq_stages = split_multiply(m, d, d, name=f"sq{k}")
+            neg_w = delay(m, negative, 1 + sq_stages, name=f"neg{k}")
+            m.d.sync += z.eq(Mux(neg_w, k2 - sq, sq + k1) >> SHIFT)
+            q_z = delay(m, q, 2 + sq_stages, name=f"q{k}")
+            y, y_stages = split_multiply(m, q_z, z, name=f"y{k}")
+            return y, 2 + sq_stages + y_stages
 
         latency = elementwise(m, self.i_x, self.o_y, "y", lane, row=c.row, lanes=c.lanes)
         assert latency == c.latency

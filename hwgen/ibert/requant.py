@@ -14,18 +14,20 @@ multiplier at all; a shift that ends at or below zero is a left shift, as in the
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..lib.pipeline import delay
+from ..lib.wide_mul import range_shape, split_multiply, split_multiply_stages
 from . import golden
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
     to_beats
 
 __all__ = ["RequantConfig", "Requant", "RequantModel", "TEST_CONFIGS",
-           "round_shift_int", "dyadic_branch", "round_half_even", "clamp"]
+           "round_shift_int", "dyadic_branch", "dyadic_stages", "round_half_even", "clamp"]
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -50,6 +52,14 @@ def dyadic_branch(m, e, in_bits):
             "lo": round_shift_int(qlo * m, e), "hi": round_shift_int(qhi * m, e)}
 
 
+def dyadic_stages(b, in_bits):
+    """Register stages of :meth:`Requant._branch` for a :func:`dyadic_branch` ``b`` of
+    ``in_bits``-bit inputs: the split multiplier's (none when ``mult == 1``), plus one for the
+    rounding bits when the shift is a right shift."""
+    mult = 0 if b["mult"] == 1 else split_multiply_stages(signed(in_bits), b["mult"])
+    return mult + int(b["shift"] > 0)
+
+
 def round_half_even(x, shift):
     """Amaranth value ``round_half_even(x / 2**shift)`` of a signed value ``x`` and a constant
     ``shift``; ``x << -shift`` when ``shift <= 0``."""
@@ -72,6 +82,24 @@ def clamp(value, value_lo, value_hi, lo, hi):
     if value_lo < lo:
         out = Mux(value < lo, lo, out)
     return out
+
+
+def _plus(floor, inc, offset):
+    """``floor + inc + offset`` (``inc`` a bit or None, ``offset`` a constant) with one adder:
+    the increment selects between two constants."""
+    return Value.cast(floor + (offset if inc is None else Mux(inc, offset + 1, offset)))
+
+
+def _negative(value):
+    """Sign bit of an exact-width Amaranth sum."""
+    value = Value.cast(value)
+    return value[-1] if value.shape().signed else Const(0)
+
+
+def _register(m, value, name):
+    reg = Signal(value.shape(), name=name)
+    m.d.sync += reg.eq(value)
+    return reg
 
 
 def _finite_positive(name, value):
@@ -151,10 +179,21 @@ class RequantConfig(Config):
         return beats_per_row(self.row, self.lanes)
 
     @property
+    def branch_stages(self):
+        """Register stages of the multiply and rounding bits (:func:`dyadic_stages`), the
+        longer branch's with ``identity`` (the shorter one is delayed to match)."""
+        stages = dyadic_stages(self.main, self.in_bits)
+        if self.identity:
+            stages = max(stages, dyadic_stages(self.ident, self.identity_bits))
+        return stages
+
+    @property
     def latency(self):
         """Cycles from an input handshake to its result entering the output FIFO: input
-        register, product (two registers, DSP M and P), rounding, [residual add], saturation."""
-        return 1 + 3 + int(self.identity) + 1
+        register, partial products and their adder tree, rounding bits
+        (:attr:`branch_stages`), rounding add and saturation compares, [residual add with
+        its compares], output register with the saturating select."""
+        return 1 + self.branch_stages + 1 + int(self.identity) + 1
 
     def performance(self, rows=None):
         """Cycle model without stalls: one beat per cycle, back to back across rows.
@@ -174,7 +213,8 @@ class RequantConfig(Config):
         b, i = self.main, self.ident
         d = {"m": b["m"], "e": b["e"], "multiplier": b["mult"], "shift": b["shift"],
              "main_range": [b["lo"], b["hi"]],
-             "multiplier_bits": (b["mult"]).bit_length() if b["mult"] > 1 else 0}
+             "multiplier_bits": (b["mult"]).bit_length() if b["mult"] > 1 else 0,
+             "branch_stages": self.branch_stages}
         if i:
             d.update({"m1": i["m"], "e1": i["e"], "identity_multiplier": i["mult"],
                       "identity_shift": i["shift"], "identity_range": [i["lo"], i["hi"]]})
@@ -221,15 +261,28 @@ class Requant(wiring.Component):
     Timing
     ------
     Initiation interval one beat per cycle, rows back to back. Latency from an ``i_x``
-    handshake to the ``o_y`` beat: 7 cycles (8 with ``identity``): input register, product
-    (2 registers), rounding, [residual add], saturation, output FIFO (2).
+    handshake to the ``o_y`` beat: ``config.latency + 2`` cycles, 10 at the default
+    configuration (11 with ``identity``): input register; per branch the split multiplier
+    (input registers, partial products in one register, then one adder level per halving of
+    their number: 4 stages for 32-bit inputs times a 31-bit ``m``, four partial products) and
+    the rounding bits (floor, half, sticky: one stage when the shift is a right shift), the
+    longer branch setting ``config.branch_stages``; the rounding add with the saturation
+    compares; [the residual add with its compares]; the output register, which selects the
+    saturated value; output FIFO (2).
+
+    Every multiplier's input is a register and its product is written straight into a
+    register (partial products of at most 18x18 signed); each stage holds at most one carry
+    chain and a few LUTs: the compares ``rounded > hi`` and ``rounded < lo`` run beside the
+    rounding add as sign bits of ``floor + inc - (hi + 1)`` and ``floor + inc - lo``, with the
+    rounding increment ``inc`` folded into the constant.
 
     Backpressure: ``o_y`` may stall at any time; the pipeline never stalls, ``i_x.ready``
     drops while the output FIFO could not hold everything in flight (a registered compare, no
     combinational path from ``o_y.ready``).
 
-    Each lane has one constant multiplier per branch (``in_bits x bits(m >> t)``, DSP blocks
-    when wide), a rounding adder and a saturating compare.
+    Each lane has one constant multiplier per branch (``in_bits x bits(m >> t)``, split into
+    native-width DSP multipliers by :func:`hwgen.lib.wide_mul.split_multiply`), a rounding
+    adder and two saturation compares.
     """
 
     def __init__(self, config):
@@ -241,30 +294,73 @@ class Requant(wiring.Component):
 
     @staticmethod
     def _branch(m, value, b, name):
-        """``round(value * m / 2**e)`` in three register stages."""
-        product = Signal(signed(len(value) + b["mult"].bit_length() + 1), name=f"{name}_prod")
-        product2 = Signal.like(product, name=f"{name}_prod2")
-        rounded = Signal(range(b["lo"], b["hi"] + 1), name=f"{name}_round")
-        m.d.sync += [product.eq(value * b["mult"]), product2.eq(product),
-                     rounded.eq(round_half_even(product2, b["shift"]))]
-        return rounded
+        """``round(value * m / 2**e) == floor + inc``, as ``(floor, inc or None, stages)``:
+        the split product, then (right shifts) one register stage holding ``floor`` and the
+        round-half-to-even increment ``inc = half & (sticky | floor[0])``."""
+        product, stages = (value, 0) if b["mult"] == 1 else \
+            split_multiply(m, value, b["mult"], name=f"{name}_mul")
+        shift = b["shift"]
+        if shift <= 0:
+            return product << -shift, None, stages
+        qlo, qhi = -(1 << (len(value) - 1)), (1 << (len(value) - 1)) - 1
+        floor = Signal(range_shape((qlo * b["mult"]) >> shift, (qhi * b["mult"]) >> shift),
+                       name=f"{name}_floor")
+        inc = Signal(name=f"{name}_inc")
+        width = max(len(product), shift + 1)
+        ext = product.as_signed() if len(product) == width else \
+            Cat(product, product[-1].replicate(width - len(product))).as_signed()
+        sticky = ext[:shift - 1].any() if shift >= 2 else Const(0)
+        m.d.sync += [floor.eq(ext[shift:].as_signed()),
+                     inc.eq(ext[shift - 1] & (sticky | ext[shift]))]
+        return floor, inc, stages + 1
 
     def elaborate(self, platform):
         c = self.config
         m = Module()
         main, ident = c.main, c.ident
         lo, hi = c.out_range
+        total_lo, total_hi = c.sum_range
+        stages = c.branch_stages
+        # Saturation compares that can fire, as offsets: ``v > hi`` is ``v - (hi + 1) >= 0``,
+        # ``v < lo`` is ``v - lo < 0``.
+        thresholds = {}
+        if total_hi > hi:
+            thresholds["over"] = (-hi - 1, lambda v: ~_negative(v))
+        if total_lo < lo:
+            thresholds["under"] = (-lo, _negative)
+
+        def branch(k, value, b, name):
+            """Rounded branch, aligned to ``stages``: ``(floor, inc or None)``."""
+            floor, inc, n = self._branch(m, value, b, f"{name}{k}")
+            floor = delay(m, floor, stages - n, name=f"{name}{k}_floor")
+            inc = None if inc is None else delay(m, inc, stages - n, name=f"{name}{k}_inc")
+            return floor, inc
 
         def lane(m, k, p):
-            total = self._branch(m, p.q[k], main, f"q{k}")
-            total_lo, total_hi = main["lo"], main["hi"]
-            if ident:
-                part = self._branch(m, p.id[k], ident, f"id{k}")
-                total_lo, total_hi = c.sum_range
-                summed = Signal(range(total_lo, total_hi + 1), name=f"sum{k}")
-                m.d.sync += summed.eq(total + part)
-                total = summed
-            return clamp(total, total_lo, total_hi, lo, hi), 3 + int(c.identity)
+            floor, inc = branch(k, p.q[k], main, "q")
+            result = Signal(range_shape(total_lo, total_hi), name=f"total{k}")
+            flags = {key: Signal(name=f"{key}{k}") for key in thresholds}
+            if not ident:
+                # One stage: the rounding add, and each compare as one add of its own.
+                m.d.sync += result.eq(_plus(floor, inc, 0))
+                for key, (offset, test) in thresholds.items():
+                    m.d.sync += flags[key].eq(test(_plus(floor, inc, offset)))
+            else:
+                # The rounding adds of both branches (and the residual's offsets by the
+                # thresholds), then the sum and the compares as sums of registers.
+                main_r = _register(m, _plus(floor, inc, 0), f"q{k}_round")
+                floor, inc = branch(k, p.id[k], ident, "id")
+                ident_r = _register(m, _plus(floor, inc, 0), f"id{k}_round")
+                m.d.sync += result.eq(main_r + ident_r)
+                for key, (offset, test) in thresholds.items():
+                    shifted = _register(m, _plus(floor, inc, offset), f"id{k}_{key}")
+                    m.d.sync += flags[key].eq(test(main_r + shifted))
+            out = result
+            if "over" in flags:
+                out = Mux(flags["over"], hi, out)
+            if "under" in flags:
+                out = Mux(flags["under"], lo, out)
+            return out, stages + 1 + int(c.identity)
 
         latency = elementwise(m, self.i_x, self.o_y, "y", lane, row=c.row, lanes=c.lanes)
         assert latency == c.latency
