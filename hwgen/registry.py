@@ -178,9 +178,10 @@ ACCELERATORS = {a.name: a for a in [
         default_items=4000,
         test_items=3000,
         test_configs_spec=(
-            {"streams": 1, "k": 1},
-            {"streams": 3, "k": 5, "l1_len": 2, "dist_bits": 10, "id_bits": 12},
-            {"streams": 8, "k": 50},
+            {"streams": 1, "k": 1, "queue": "systolic"},
+            {"streams": 3, "k": 5, "l1_len": 2, "dist_bits": 10, "id_bits": 12,
+             "queue": "systolic"},
+            {"streams": 8, "k": 50, "queue": "systolic"},
             {"streams": 5, "k": 10, "queue": "insert", "dist_bits": 6, "id_bits": 5},
             {"streams": 6, "k": 37, "queue": "insert", "l1_len": 9},
         ),

@@ -106,8 +106,8 @@ def test_sizing_table_and_cli():
 
 def test_hier_config_defaults_from_sizing():
     cls = registry.get("hier-pq").config
-    assert cls(streams=8, k=50).l1 == l1_queue_length(50, 16)        # two queues per stream
-    assert cls(streams=8, k=50, queue="insert").l1 == l1_queue_length(50, 8)
+    assert cls(streams=8, k=50, queue="systolic").l1 == l1_queue_length(50, 16)  # two per stream
+    assert cls(streams=8, k=50).l1 == l1_queue_length(50, 8)         # default: insert, one
     assert cls(streams=8, k=50, l1_len=7).l1 == 7
     with pytest.raises(ConfigError, match="l1_len=51"):
         cls(streams=8, k=50, l1_len=51)
@@ -125,7 +125,7 @@ def test_queue_stimulus_covers_the_hard_cases():
 
 def test_hier_stimulus_exercises_truncation():
     """Some expected results differ from the exact top-k, so the RTL tests check truncation."""
-    cfg = registry.get("hier-pq").config(streams=3, k=5, l1_len=2)
+    cfg = registry.get("hier-pq").config(streams=3, k=5, l1_len=2, queue="systolic")
     stim = HierPQModel.stimulus(cfg, 3000, np.random.default_rng(7))
     differ = 0
     for streams in stim["queries"]:

@@ -14,7 +14,7 @@ from amaranth.hdl import Const, Module, Shape, Signal, signed, unsigned
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["CreditBuffer", "adder_tree", "delay", "sum_shape"]
+__all__ = ["CreditBuffer", "SkidBuffer", "adder_tree", "delay", "sum_shape"]
 
 
 class CreditBuffer(wiring.Component):
@@ -85,6 +85,47 @@ class CreditBuffer(wiring.Component):
         return m
 
 
+class SkidBuffer(wiring.Component):
+    """A fully registered stream stage: payload, valid and ready all come from registers.
+
+    Parameters
+    ----------
+    shape : shape-like
+        Payload shape.
+
+    Members
+    -------
+    i : ``In(stream.Signature(shape))``
+        ``i.ready`` is a register (``~skid_valid``): no combinational path from ``o.ready``.
+    o : ``Out(stream.Signature(shape))``
+        Driven from registers.
+
+    Latency 1 cycle, initiation interval 1. A beat that arrives while ``o`` is stalled waits in
+    the skid register; ``i.ready`` drops until it has moved on.
+    """
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid_valid = Signal()
+        skid = Signal.like(self.i.payload)
+        m.d.comb += self.i.ready.eq(~skid_valid)
+        # The payload registers' enables come from registers only: the skid register follows
+        # the input while it is empty (its contents matter only once skid_valid is set).
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(self.i.payload)
+        with m.If(self.o.ready | ~self.o.valid):
+            with m.If(skid_valid):
+                m.d.sync += [self.o.valid.eq(1), self.o.payload.eq(skid), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
+        with m.Elif(self.i.valid & self.i.ready):
+            m.d.sync += skid_valid.eq(1)
+        return m
+
+
 def sum_shape(shapes):
     """Shape of a sum of values of the given shapes that never overflows."""
     shapes = [Shape.cast(s) for s in shapes]
@@ -146,3 +187,4 @@ def delay(m, value, cycles, *, name="delayed"):
         m.d.sync += reg.eq(value)
         value = reg
     return value
+

@@ -178,7 +178,8 @@ def bench_kselect(echo=print, queries=20000, seed=1, target=0.99, rtl_queries=60
 def _rtl_check(scans, count, echo, seed, k=10, streams=4):
     """Run the hier-pq Verilog on the first ``count`` digits queries: bit-exact vs golden."""
     acc = registry.get("hier-pq")
-    cfg = acc.make_config([f"k={k}", f"streams={streams}", "dist_bits=24", "id_bits=12"])
+    cfg = acc.make_config([f"k={k}", f"streams={streams}", "dist_bits=24", "id_bits=12",
+                           "queue=systolic"])
     queries = []
     for d, i, pos in scans[:count]:
         streams_of = [(d[pos % streams == s].astype(np.uint64), i[pos % streams == s]
@@ -214,7 +215,7 @@ def bench_queues(echo=print, ks=(16, 64, 100), ahpq=(100, 16)):
                        f"{res['ff'] / k:.1f}", cfg.performance()["items_per_cycle"]]))
     k, streams = ahpq
     acc = registry.get("hier-pq")
-    cfg = acc.make_config([f"k={k}", f"streams={streams}"])
+    cfg = acc.make_config([f"k={k}", f"streams={streams}", "queue=systolic"])
     res = synthesize(acc, cfg)["resources"]
     d = cfg.derived()
     lut_e, ff_e = per_entry.get(("systolic-pq", k), (None, None))

@@ -18,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..lib.pipeline import SkidBuffer
 from . import golden, layouts
 from .queues import InsertPQ, InsertPQConfig, QueueConfig, SystolicPQ, SystolicPQConfig
 from .sizing import l1_queue_length
@@ -33,8 +34,8 @@ class HierPQConfig(Config):
     k: int = param(16, "results per query (L2 queue length)", lo=1, hi=1024)
     l1_len: int = param(0, "L1 queue length (0 = smallest meeting 99% exact queries)",
                         lo=0, hi=1024)
-    queue: str = param("systolic", "queue kind: systolic (two L1 queues per stream, as in "
-                       "the paper) or insert (one single-cycle L1 queue per stream)",
+    queue: str = param("insert", "queue kind: insert (one single-cycle L1 queue per stream) "
+                       "or systolic (two L1 queues per stream, as in the paper)",
                        choices=KINDS)
     dist_bits: int = param(32, "bits of a distance", lo=1, hi=62)
     id_bits: int = param(32, "bits of an id", lo=1, hi=62)
@@ -135,9 +136,10 @@ class QueueMerger(wiring.Component):
         Each queue's results, ``last`` on its final beat (an empty marker if it had none).
     o : ``Out(stream.Signature(item(..., markers=True)))``
         All items; ``last`` only on the final beat of queue ``n-1``. Empty markers of other
-        queues are dropped.
+        queues pass with ``last`` cleared: a queue ignores an empty item, and each queue then
+        takes one beat whether it has results or not.
 
-    Combinational pass-through of the selected queue.
+    Combinational pass-through of the selected queue (a one-hot select register).
     """
 
     def __init__(self, n, dist_bits, id_bits):
@@ -150,21 +152,34 @@ class QueueMerger(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self._n
-        sel = Signal(range(n))
+        # One-hot select: each bit gates only its own queue's beat, so no select register fans
+        # out to a whole n-way payload multiplexer. The payload gates read an inverted copy
+        # (different inputs, so synthesis keeps it apart), the handshakes the select itself.
+        sel = Signal(n, init=1)
+        sel_n = Signal(n, init=~1 & ((1 << n) - 1))
         ins = [getattr(self, f"i{q}") for q in range(n)]
-        final = sel == n - 1
-        with m.Switch(sel):
-            for q, i in enumerate(ins):
-                with m.Case(q):
-                    drop = i.payload.empty & i.payload.last & ~final
-                    m.d.comb += [
-                        self.o.payload.eq(i.payload),
-                        self.o.payload.last.eq(i.payload.last & final),
-                        self.o.valid.eq(i.valid & ~drop),
-                        i.ready.eq(self.o.ready | drop),
-                    ]
-                    with m.If(i.valid & i.ready & i.payload.last):
-                        m.d.sync += sel.eq(0 if q == n - 1 else q + 1)
+        gated, valids, ends = [], [], []
+        for q, i in enumerate(ins):
+            final = q == n - 1
+            on = sel[q]
+            beat = Signal.like(i.payload, name=f"beat{q}")     # last only from the final queue
+            m.d.comb += [i.ready.eq(on & self.o.ready), beat.eq(i.payload),
+                         beat.last.eq(i.payload.last & final)]
+            gated.append(Mux(~sel_n[q], beat.as_value(), 0))
+            valids.append(on & i.valid)
+            ends.append(on & i.valid & self.o.ready & i.payload.last)
+        payload = gated[0]
+        for g in gated[1:]:
+            payload = payload | g
+        advance = ends[0]
+        for e in ends[1:]:
+            advance = advance | e
+        valid = valids[0]
+        for v in valids[1:]:
+            valid = valid | v
+        m.d.comb += [self.o.payload.eq(payload), self.o.valid.eq(valid)]
+        with m.If(advance):
+            m.d.sync += [sel.eq(sel.rotate_left(1)), sel_n.eq(~sel.rotate_left(1))]
         return m
 
 
@@ -194,9 +209,12 @@ class HierPQ(wiring.Component):
     :class:`InsertPQ` of length ``l1`` per stream and an :class:`InsertPQ` L2.
 
     Timing: every stream takes one item per cycle. At the end of a query the L1 queues sort
-    and emit their survivors, which a :class:`QueueMerger` feeds into L2 one queue after the
-    other (one item per cycle; every second cycle for a systolic L2); the streams wait
-    (backpressure) until their L1 queues have been drained.
+    and emit their survivors, each through a :class:`~hwgen.lib.pipeline.SkidBuffer` of its
+    own (so the merger's select reaches no queue's shift enables), which a
+    :class:`QueueMerger` feeds into L2 one queue after the other through one more
+    :class:`~hwgen.lib.pipeline.SkidBuffer` (one item per cycle; every second cycle for a
+    systolic L2; two more cycles of latency in all); the streams wait (backpressure) until
+    their L1 queues have been drained.
     """
 
     def __init__(self, config, *, markers=False):
@@ -236,10 +254,20 @@ class HierPQ(wiring.Component):
                 if self._markers:
                     m.d.comb += l1.payload.empty.eq(src.payload.empty)
             for queue in queues:
-                wiring.connect(m, queue.o_topk, getattr(merge, f"i{q}"))
+                # A skid buffer per L1 queue: the merger's select reaches no queue's shift
+                # enables, only this buffer's registers.
+                m.submodules[f"l1_out{q}"] = out = SkidBuffer(
+                    layouts.item(c.dist_bits, c.id_bits, markers=True))
+                wiring.connect(m, queue.o_topk, out.i)
+                wiring.connect(m, out.o, getattr(merge, f"i{q}"))
                 q += 1
         m.submodules.l2 = l2 = queue_cls(c.queue_config(c.k), markers=True)
-        wiring.connect(m, merge.o, l2.i_items)
+        # The merger's queue select and payload multiplexer end in a register, not in L2's
+        # comparators, and L2's ready reaches the L1 queues' shift enables from a register.
+        m.submodules.l2_in = l2_in = SkidBuffer(layouts.item(c.dist_bits, c.id_bits,
+                                                                markers=True))
+        wiring.connect(m, merge.o, l2_in.i)
+        wiring.connect(m, l2_in.o, l2.i_items)
         o = self.o_topk
         m.d.comb += [o.valid.eq(l2.o_topk.valid), l2.o_topk.ready.eq(o.ready),
                      o.payload.dist.eq(l2.o_topk.payload.dist),

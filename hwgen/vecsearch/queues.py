@@ -18,7 +18,7 @@ fewer than ``k`` items leaves invalid entries that are simply not emitted.
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -56,11 +56,11 @@ class SystolicPQConfig(QueueConfig):
 class InsertPQConfig(QueueConfig):
     def performance(self, queries=None):
         """Cycle model (no stalls): one item per cycle; a query's results follow its last
-        item after one cycle, one per cycle. ``queries``: item counts of back-to-back
+        item after two cycles, one per cycle. ``queries``: item counts of back-to-back
         queries."""
-        model = {"items_per_cycle": 1.0, "drain_cycles": 1}
+        model = {"items_per_cycle": 1.0, "drain_cycles": 2}
         if queries is not None:
-            model["cycles"] = sum(n + 1 + min(n, self.k) for n in queries)
+            model["cycles"] = sum(n + 2 + min(n, self.k) for n in queries)
         return model
 
 
@@ -226,15 +226,19 @@ class InsertPQ(_Queue):
 
     Operation
     ---------
-    Entries ``e[0..k-1]`` are kept sorted, ``e[0]`` the best. An accepted item is registered,
-    then compared with every entry at once; the entries it beats shift one place towards
-    ``e[k-1]`` (the last one leaves) and the item takes the place of the first of them. After a
-    query's ``last`` item is inserted the items leave from ``e[0]`` while the array shifts
-    towards it, best first.
+    Entries ``e[0..k-1]`` are kept sorted, ``e[0]`` the best. An accepted item is registered
+    (``y``) and compared with every entry; the comparison results are corrected for the item
+    inserted meanwhile (``x``: an entry then holds itself, ``x``, or its left neighbour) and
+    registered, so the next cycle inserts ``y`` from registered decisions: the entries it
+    beats shift one place towards ``e[k-1]`` (the last one leaves) and the item takes the
+    place of the first of them. After a query's ``last`` item is inserted the items leave from
+    ``e[0]`` while the array shifts towards it, best first.
 
-    Timing and backpressure: one item per cycle; ``i_items.ready`` drops from the cycle a last
-    item is accepted until the query's results have been emitted (one per cycle while
-    ``o_topk`` is ready). ``o_topk`` is driven from registers.
+    Timing and backpressure: one item per cycle; the first result follows the last item by
+    two cycles. ``i_items.ready`` drops from the cycle a last item is accepted until the
+    query's results have been emitted (one per cycle while ``o_topk`` is ready). ``o_topk`` is
+    driven from registers. Every register-to-register path holds one key comparison and one
+    multiplexer, or a registered decision fanning out to one entry.
     """
 
     def elaborate(self, platform):
@@ -244,21 +248,39 @@ class InsertPQ(_Queue):
         valid, key = self._entries()
         state = Signal(_State)
 
-        # Input register: the item being inserted this cycle.
-        x_valid = Signal()
-        x_key = Signal(c.key_bits)
-        x_last = Signal()
-        m.d.comb += self.i_items.ready.eq((state == _State.RUN) & ~(x_valid & x_last))
+        # Two input registers: y, the accepted item, compared with the entries; x, the item
+        # inserted this cycle, whose comparison results were registered one cycle earlier.
+        y_valid, y_last = Signal(name="y_valid"), Signal(name="y_last")
+        x_valid, x_last = Signal(name="x_valid"), Signal(name="x_last")
+        x_key = Signal(c.key_bits, name="x_key")
+        m.d.comb += self.i_items.ready.eq((state == _State.RUN) & ~(y_valid & y_last)
+                                          & ~(x_valid & x_last))
         take = self.i_items.valid & self.i_items.ready
         present, in_key = self._input()
-        m.d.sync += [x_valid.eq(take & present), x_key.eq(in_key),
-                     x_last.eq(take & self.i_items.payload.last)]
+        # Validity rides in the comparison: y held as Cat(key, 0, ~valid) is smaller than an
+        # entry as Cat(key, ~valid) exactly when y is valid and beats the entry, so nothing
+        # but the selection below follows the carry chain.
+        y_cmp = Signal(c.key_bits + 2, name="y_cmp", init=1 << (c.key_bits + 1))
+        y_key = y_cmp[:c.key_bits]
+        m.d.sync += [y_valid.eq(take & present), y_cmp.eq(Cat(in_key, Const(0, 1),
+                                                               ~(take & present))),
+                     y_last.eq(take & self.i_items.payload.last),
+                     x_valid.eq(y_valid), x_key.eq(y_key), x_last.eq(y_last)]
         with m.If(x_last):
             m.d.sync += state.eq(_State.EMIT)
 
-        beats = [Signal(name=f"beats{i}") for i in range(k)]   # the item beats entry i
+        y_beats_x = Signal(name="y_beats_x")
+        m.d.comb += y_beats_x.eq(y_cmp < x_key)
+        y_beats = [Signal(name=f"y_beats{i}") for i in range(k)]
+        # beats[i] (registered): x, the item inserted this cycle, beats entry i. It is computed
+        # while x is y: whether y beats what entry i holds once the previous item is inserted:
+        # entry i itself, that item, or entry i-1 (shifted by it).
+        beats = [Signal(name=f"beats{i}") for i in range(k)]
         for i in range(k):
-            m.d.comb += beats[i].eq(x_valid & self._better(1, x_key, valid[i], key[i]))
+            m.d.comb += y_beats[i].eq(y_cmp < Cat(key[i], ~valid[i]))
+            before = y_beats[i - 1] if i else y_beats_x
+            m.d.sync += beats[i].eq(Mux(beats[i], Mux(beats[i - 1] if i else 0, before,
+                                                      y_beats_x), y_beats[i]))
 
         shift = self._emit(m, state, valid, key, head=0, follower=min(1, k - 1))
         for i in range(k):
