@@ -158,3 +158,32 @@ def test_timing_runs_block_and_reference(tmp_path, name, sets):
     assert us["levels"] == us["lut_levels"] + us["carry_chains"] + us["dsp_ram_levels"]
     assert us["levels"] >= 1 and len(us["path"]) >= 2
     assert "fmax_ratio" in result.output and "UltraScale+" in result.output
+
+
+def test_baseline_rows_name_bench_rows():
+    """Every recorded "before" row is one the bench measures (a typo would hide it)."""
+    from hwgen.flow.timing_bench import BASELINE, BENCH_CONFIGS, row_key
+    rows = json.loads(BASELINE.read_text())["rows"]
+    keys = {row_key(n, s) for n, s in BENCH_CONFIGS}
+    assert set(rows) <= keys
+    assert set(registry.names()) - {"lut-builder"} <= set(rows)
+    for row in rows.values():
+        assert "error" in row or 0 < row["fmax_ratio"] == pytest.approx(
+            row["fmax_mhz"] / row["reference_mhz"], abs=2e-3)
+
+
+@requires_ecp5_flow
+@requires_yosys
+def test_bench_timing_prints_before_and_after(tmp_path):
+    from hwgen.flow.timing_bench import BASELINE
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "timing", "--only", "gmi-header", "--seeds",
+                                       "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["block"] for r in rows] == ["gmi-header"]
+    assert rows[0]["before"] == json.loads(BASELINE.read_text())["rows"]["gmi-header"]
+    after = rows[0]["after"]
+    assert 20 < after["fmax_mhz"] < 500 and after["fmax_ratio"] > 0
+    line = [l for l in result.output.splitlines() if l.startswith("gmi-header")][0]
+    assert f"{rows[0]['before']['fmax_mhz']:.1f}" in line and f"{after['fmax_mhz']:.1f}" in line
