@@ -51,7 +51,7 @@ def _summary(report):
 
 
 def _fmt(v, spec):
-    return format(v, spec) if v is not None else "-"
+    return format(v, spec) if v is not None else format("-", ">" + spec.split(".")[0])
 
 
 def _depth(s):
