@@ -101,6 +101,11 @@ class GeluConfig(Config):
         return min(plo, nlo), max(phi, nhi)
 
     @property
+    def z_shape(self):
+        """Shape of ``z``, the register the hardware holds it in."""
+        return Shape.cast(range(self.z_range[0], self.z_range[1] + 1))
+
+    @property
     def d_shape(self):
         """Shape of ``d = min(|q| + b, 0)``: ``b..0``."""
         return Shape.cast(range(self.folded[0], 1))
@@ -113,8 +118,7 @@ class GeluConfig(Config):
     @property
     def product_stages(self):
         """Register stages of ``q * z`` (:func:`~hwgen.lib.wide_mul.split_multiply`)."""
-        return split_multiply_stages(signed(self.in_bits), Shape.cast(range(self.z_range[0],
-                                                                            self.z_range[1] + 1)))
+        return split_multiply_stages(signed(self.in_bits), self.z_shape)
 
     @property
     def out_range(self):
@@ -246,13 +250,12 @@ class Gelu(wiring.Component):
         m = Module()
         b, k1, k2 = c.folded
         qlo, _ = c.q_range
-        z_lo, z_hi = c.z_range
 
         def lane(m, k, p):
             q = p.q[k]
             u = Signal(range(b, b - qlo + 1), name=f"u{k}")        # |q| + b
             d = Signal(c.d_shape, name=f"d{k}")                    # min(|q| + b, 0)
-            z = Signal(range(z_lo, z_hi + 1), name=f"z{k}")        # w >> 14
+            z = Signal(c.z_shape, name=f"z{k}")                    # w >> 14
             negative = q[-1]
             # d and z get registers of their own, which the multipliers' input registers copy
             # (a multiplier's input register written from logic is placed by that logic,

@@ -187,4 +187,3 @@ def delay(m, value, cycles, *, name="delayed"):
         m.d.sync += reg.eq(value)
         value = reg
     return value
-

@@ -231,6 +231,7 @@ class HierPQ(wiring.Component):
         m = Module()
         queue_cls = SystolicPQ if c.queue == "systolic" else InsertPQ
         l1_cfg = c.queue_config(c.l1)
+        item = layouts.item(c.dist_bits, c.id_bits, markers=True)
         m.submodules.merge = merge = QueueMerger(c.l1_queues, c.dist_bits, c.id_bits)
         q = 0
         for s in range(c.streams):
@@ -256,16 +257,14 @@ class HierPQ(wiring.Component):
             for queue in queues:
                 # A skid buffer per L1 queue: the merger's select reaches no queue's shift
                 # enables, only this buffer's registers.
-                m.submodules[f"l1_out{q}"] = out = SkidBuffer(
-                    layouts.item(c.dist_bits, c.id_bits, markers=True))
+                m.submodules[f"l1_out{q}"] = out = SkidBuffer(item)
                 wiring.connect(m, queue.o_topk, out.i)
                 wiring.connect(m, out.o, getattr(merge, f"i{q}"))
                 q += 1
         m.submodules.l2 = l2 = queue_cls(c.queue_config(c.k), markers=True)
         # The merger's queue select and payload multiplexer end in a register, not in L2's
         # comparators, and L2's ready reaches the L1 queues' shift enables from a register.
-        m.submodules.l2_in = l2_in = SkidBuffer(layouts.item(c.dist_bits, c.id_bits,
-                                                                markers=True))
+        m.submodules.l2_in = l2_in = SkidBuffer(item)
         wiring.connect(m, merge.o, l2_in.i)
         wiring.connect(m, l2_in.o, l2.i_items)
         o = self.o_topk
