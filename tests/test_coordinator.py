@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hwgen.host.coordinator import (Coordinator, merge_topk, same_results, shard_lists)
-from hwgen.host.node_server import save_shard
+from hwgen.host.node_server import NodeService, save_shard
 from hwgen.host.protocol import recv_message, send_message
 from hwgen.vecsearch.node import ChamVSNodeConfig
 from hwgen.vecsearch.node_model import Shard, prepare
@@ -28,10 +28,10 @@ def dataset():
     return cfg, data
 
 
-def _start(path, backend="golden"):
+def _start(path, backend="golden", *args):
     proc = subprocess.Popen([sys.executable, "-m", "hwgen.host.node_server", str(path),
-                             "--port", "0", "--backend", backend], stdout=subprocess.PIPE,
-                            text=True)
+                             "--port", "0", "--backend", backend, *args],
+                            stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("listening on"), line
     return proc, ("127.0.0.1", int(line.split()[-1]))
@@ -47,7 +47,7 @@ def cluster(tmp_path, dataset):
         addrs = []
         for n, (codes, ids) in enumerate(shard_lists(data.index.list_codes,
                                                      data.index.list_ids, nodes, scheme)):
-            path = tmp_path / f"{scheme}-{nodes}-{n}-{backend}.pkl"
+            path = tmp_path / f"{scheme}-{nodes}-{n}-{backend}.npz"
             save_shard(path, cfg, Shard(data.index.coarse, data.index.pq_centroids, codes,
                                         ids))
             proc, addr = _start(path, backend)
@@ -115,7 +115,7 @@ def test_killed_node_process(tmp_path, dataset):
     shards = shard_lists(data.index.list_codes, data.index.list_ids, 2)
     procs, addrs = [], []
     for n, (codes, ids) in enumerate(shards):
-        path = tmp_path / f"kill-{n}.pkl"
+        path = tmp_path / f"kill-{n}.npz"
         save_shard(path, cfg, Shard(data.index.coarse, data.index.pq_centroids, codes, ids))
         proc, addr = _start(path)
         procs.append(proc)
@@ -133,6 +133,47 @@ def test_killed_node_process(tmp_path, dataset):
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_connections_persist_and_reopen_after_the_node_drops_them(tmp_path, dataset):
+    cfg, data = dataset
+    path = tmp_path / "persist.npz"
+    shard = Shard(data.index.coarse, data.index.pq_centroids, data.index.list_codes,
+                  data.index.list_ids)
+    save_shard(path, cfg, shard)
+    proc, addr = _start(path, "golden", "--timeout", "0.5",   # drops idle connections
+                        "--max-queries", "5")
+    try:
+        with Coordinator([addr], timeout=5.0) as coord:
+            first = [coord.search(data.queries[i:i + 1], data.probes[i:i + 1], cfg.k)
+                     for i in range(5)]
+            assert not any(r.partial for r in first)
+            with socket.create_connection(addr) as s:
+                send_message(s, {"op": "stats"})
+                assert recv_message(s)["connections"] == 2     # the coordinator's and this one
+            time.sleep(1.0)                                     # the node closed it meanwhile
+            again = coord.search(data.queries[:1], data.probes[:1], cfg.k)
+            assert not again.partial
+            assert same_results((again.distances[0], again.ids[0]),
+                                (first[0].distances[0], first[0].ids[0]))
+            with socket.create_connection(addr) as s:
+                send_message(s, {"op": "stats"})
+                stats = recv_message(s)
+            assert stats["connections"] == 4 and stats["errors"] == 0
+            assert stats["idle_closed"] >= 1
+        # 12 queries: over the node's limit of 5 in one request, fine in batches of 5
+        with Coordinator([addr], timeout=5.0) as coord:
+            assert coord.search(data.queries, data.probes, cfg.k).partial
+        with Coordinator([addr], timeout=5.0, max_batch=5) as coord:
+            res = coord.search(data.queries, data.probes, cfg.k)
+        assert not res.partial and len(res.ids) == len(data.queries) == 12
+        dists, ids = NodeService(cfg, shard).search(data.queries.tolist(),
+                                                    data.probes.tolist(), cfg.k)
+        for q in range(12):
+            assert same_results((res.distances[q], res.ids[q]), (dists[q], ids[q]))
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_malformed_requests_are_answered_and_counted(cluster, dataset):

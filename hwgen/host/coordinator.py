@@ -13,10 +13,14 @@ Sharding schemes (paper section 4.3):
 Every node runs the same node configuration (lists a node does not hold are empty there), so a
 query goes to all nodes with the same probed list ids. Results are merged by (distance, id).
 
-Wire protocol (:mod:`hwgen.host.protocol`): length-prefixed JSON messages on TCP. A node that
-does not answer within ``timeout`` seconds (or whose connection fails) is left out of the merge
-and the result is flagged ``partial`` with the node listed in ``missing``; the coordinator
-never waits longer than the timeout.
+Wire protocol (:mod:`hwgen.host.protocol`): length-prefixed JSON messages on TCP, over one
+persistent connection per node, reused across searches (one request at a time per node; a
+connection that failed, timed out or was closed by the node is dropped and reopened by the next
+request, and a search that finds its reused connection closed retries once on a fresh one
+within its time). A node that does not answer within ``timeout`` seconds (or whose connection
+fails, or which answers with an error) is left out of the merge and the result is flagged
+``partial`` with the node listed in ``missing``; the coordinator never waits longer than the
+timeout.
 """
 
 import socket
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError
-from .protocol import ProtocolError, recv_message, send_message
+from .protocol import ProtocolError, encode_message, recv_message
 
 __all__ = ["SCHEMES", "shard_lists", "Coordinator", "SearchResult", "merge_topk",
            "same_results"]
@@ -93,6 +97,33 @@ class SearchResult:
     seconds: float = 0.0
 
 
+class _NodeLink:
+    """The persistent connection to one node, used by one request at a time."""
+
+    def __init__(self, address):
+        self.address = tuple(address)
+        self.sock = None
+        self.lock = threading.Lock()
+
+    def drop(self):
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+
+    def alive(self):
+        """False if the node closed (or reset) the idle connection since its last use."""
+        try:
+            self.sock.settimeout(0)        # a socket timeout would make recv wait for data
+            return self.sock.recv(1, socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+
 class Coordinator:
     """Broadcasts queries to node servers and merges their answers.
 
@@ -103,36 +134,96 @@ class Coordinator:
         Seconds to wait for a node's answer (connection included).
     payloads : mapping id -> text, optional
         Returned beside the ids (the paper's ChamTS token store).
+    max_batch : int
+        Most queries sent in one request (a node refuses more than its ``--max-queries``,
+        1024 by default): larger batches go as several requests on the same connection.
+
+    One connection per node is kept open between searches; :meth:`close` (or leaving a
+    ``with`` block) closes them.
     """
 
-    def __init__(self, nodes, timeout=5.0, payloads=None):
+    def __init__(self, nodes, timeout=5.0, payloads=None, max_batch=1024):
         if not nodes:
             raise ConfigError("nodes", "at least one node address is needed")
-        self.nodes = list(nodes)
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ConfigError("max_batch", "must be an integer >= 1", value=max_batch)
+        self.nodes = [tuple(a) for a in nodes]
         self.timeout = timeout
+        self.max_batch = max_batch
         self.payloads = payloads or {}
+        self._links = [_NodeLink(a) for a in self.nodes]
         self._pool = ThreadPoolExecutor(max_workers=len(self.nodes))
 
-    def _ask(self, address, request):
-        deadline = time.monotonic() + self.timeout
-        with socket.create_connection(address, timeout=self.timeout) as sock:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            send_message(sock, request)
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            return recv_message(sock)
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _ask(self, link, messages, deadline):
+        """The node's replies to ``messages`` (encoded requests), merged into one."""
+        if not link.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"node {link.address} busy past the timeout")
+        try:
+            replies = []
+            for data in messages:
+                replies.append(self._exchange(link, data, deadline, retry=not replies))
+                if replies[-1].get("error"):
+                    return replies[-1]
+            if len(replies) == 1:
+                return replies[0]
+            return {"distances": [d for r in replies for d in r["distances"]],
+                    "ids": [i for r in replies for i in r["ids"]]}
+        finally:
+            link.lock.release()
+
+    @staticmethod
+    def _exchange(link, data, deadline, retry):
+        for attempt in (0, 1):
+            if link.sock is not None and not link.alive():
+                link.drop()
+            reused = link.sock is not None
+            if not reused:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no time left to connect to {link.address}")
+                link.sock = socket.create_connection(link.address, timeout=left)
+                link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                link.sock.settimeout(max(0.01, deadline - time.monotonic()))
+                link.sock.sendall(data)
+                return recv_message(link.sock, deadline=deadline)
+            except (ConnectionError, ProtocolError) as e:
+                link.drop()
+                # a reused connection the node closed meanwhile: searches are idempotent, so
+                # ask once more on a fresh one
+                stale = reused and (isinstance(e, ConnectionError) or e.kind == "framing")
+                if attempt or not retry or not stale or time.monotonic() >= deadline:
+                    raise
+            except BaseException:
+                link.drop()
+                raise
 
     def search(self, queries, probes, k):
         """Search a batch: ``queries`` (q, D) integers, ``probes`` (q, nprobe) list ids."""
         start = time.monotonic()
-        request = {"op": "search", "queries": np.asarray(queries).tolist(),
-                   "probes": np.asarray(probes).tolist(), "k": int(k)}
-        futures = [self._pool.submit(self._ask, addr, request) for addr in self.nodes]
+        deadline = start + self.timeout
+        queries, probes = np.asarray(queries).tolist(), np.asarray(probes).tolist()
+        messages = [encode_message({"op": "search", "queries": queries[s:s + self.max_batch],
+                                    "probes": probes[s:s + self.max_batch], "k": int(k)})
+                    for s in range(0, len(queries), self.max_batch)] or \
+            [encode_message({"op": "search", "queries": [], "probes": [], "k": int(k)})]
+        futures = [self._pool.submit(self._ask, link, messages, deadline)
+                   for link in self._links]
         answers, missing = [], []
         for addr, fut in zip(self.nodes, futures):
             try:
-                reply = fut.result(timeout=self.timeout + 1.0)
+                reply = fut.result(timeout=max(0.0, deadline + 0.5 - time.monotonic()))
                 if reply.get("error"):
-                    raise ProtocolError(reply["error"])
+                    raise ProtocolError(reply["error"], reply.get("kind", "bad_request"))
+                if len(reply["distances"]) != len(queries) or len(reply["ids"]) != \
+                        len(queries):
+                    raise ProtocolError("answer for a different number of queries")
                 answers.append(reply)
             except Exception:      # timeout, refused, reset, malformed: the node is missing
                 missing.append(f"{addr[0]}:{addr[1]}")
@@ -147,3 +238,11 @@ class Coordinator:
 
     def close(self):
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for link in self._links:
+            if link.lock.acquire(timeout=self.timeout):
+                try:
+                    link.drop()
+                finally:
+                    link.lock.release()
+            else:
+                link.drop()

@@ -1,48 +1,124 @@
 """Length-prefixed JSON messages over a stream socket.
 
 A message is a 4-byte big-endian length ``n`` (at most :data:`MAX_MESSAGE`) followed by ``n``
-bytes of UTF-8 JSON holding an object. Anything else (oversized, truncated, not JSON, not an
-object) raises :class:`ProtocolError`; the peer is then dropped, never trusted.
+bytes of UTF-8 JSON holding an object. Anything else raises :class:`ProtocolError`, whose
+``kind`` says what was wrong and whose ``fatal`` says whether the stream can still be read:
+
+``too_large`` (fatal)
+    the length prefix exceeds the limit: the body is not read, so the stream cannot be
+    resynchronised;
+``framing`` (fatal)
+    the peer closed the connection in the middle of a message;
+``timeout`` (fatal)
+    a message started but did not complete within the time allowed;
+``json`` (not fatal)
+    the body was read in full but is not a UTF-8 JSON object (invalid UTF-8, invalid JSON,
+    nesting too deep for the parser, an integer literal too long to convert, or a value that
+    is not an object). The next message can be read.
+
+Higher layers (:mod:`hwgen.host.node_server`) add kinds of their own for valid messages that
+are bad requests. :func:`error_reply` is the form every error answer takes on the wire:
+``{"error": "<text>", "kind": "<kind>"}``.
 """
 
 import json
+import socket
 import struct
+import time
 
-__all__ = ["ProtocolError", "send_message", "recv_message", "MAX_MESSAGE"]
+__all__ = ["ProtocolError", "send_message", "recv_message", "recv_exact", "encode_message",
+           "decode_message", "error_reply", "MAX_MESSAGE", "HEADER"]
 
 MAX_MESSAGE = 64 << 20
+HEADER = 4                   #: bytes of the length prefix
+_MAX_ERROR_TEXT = 300        #: error texts on the wire are cut to this many characters
 
 
 class ProtocolError(Exception):
-    """A malformed or unexpected message."""
+    """A malformed or unexpected message.
+
+    ``kind`` names the problem (see the module docstring); ``fatal`` is true when the byte
+    stream can no longer be trusted to be at a message boundary, so the connection must close.
+    """
+
+    def __init__(self, message, kind="bad_request", fatal=False):
+        super().__init__(message)
+        self.kind = kind
+        self.fatal = fatal
+
+
+def error_reply(message, kind):
+    """The wire form of an error answer."""
+    text = str(message)
+    if len(text) > _MAX_ERROR_TEXT:
+        text = text[:_MAX_ERROR_TEXT] + "..."
+    return {"error": text, "kind": kind}
+
+
+def encode_message(obj, max_size=MAX_MESSAGE):
+    """The bytes of one message (length prefix included)."""
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    if len(data) > max_size:
+        raise ProtocolError(f"message of {len(data)} bytes exceeds {max_size}", "too_large")
+    return struct.pack(">I", len(data)) + data
 
 
 def send_message(sock, obj):
-    data = json.dumps(obj).encode()
-    if len(data) > MAX_MESSAGE:
-        raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
-    sock.sendall(struct.pack(">I", len(data)) + data)
+    sock.sendall(encode_message(obj))
 
 
-def _recv_exact(sock, n):
+def recv_exact(sock, n, deadline=None, got_before=0):
+    """``n`` bytes from ``sock``; with ``deadline`` (a :func:`time.monotonic` value), raise a
+    fatal ``timeout`` ProtocolError once it passes. A close before ``n`` bytes is a fatal
+    ``framing`` error (``got_before`` bytes of the message were read by the caller already)."""
     chunks, got = [], 0
     while got < n:
-        chunk = sock.recv(min(n - got, 1 << 20))
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProtocolError(f"message incomplete after the timeout ({got_before + got}"
+                                    f" bytes received)", "timeout", fatal=True)
+            sock.settimeout(left)
+        try:
+            chunk = sock.recv(min(n - got, 1 << 20))
+        except socket.timeout:
+            if deadline is None:
+                raise
+            continue                              # the deadline check above raises
         if not chunk:
-            raise ProtocolError(f"connection closed after {got} of {n} bytes")
+            raise ProtocolError(f"connection closed after {got_before + got} of "
+                                f"{got_before + n} bytes", "framing", fatal=True)
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
 
 
-def recv_message(sock):
-    (n,) = struct.unpack(">I", _recv_exact(sock, 4))
-    if n > MAX_MESSAGE:
-        raise ProtocolError(f"message length {n} exceeds {MAX_MESSAGE}")
+def parse_header(header, max_size=MAX_MESSAGE):
+    """The body length announced by a 4-byte header (fatal ``too_large`` beyond ``max_size``)."""
+    (n,) = struct.unpack(">I", header)
+    if n > max_size:
+        raise ProtocolError(f"message length {n} exceeds {max_size}", "too_large", fatal=True)
+    return n
+
+
+def decode_message(body):
+    """The JSON object in a message body; a non-fatal ``json`` ProtocolError otherwise."""
     try:
-        obj = json.loads(_recv_exact(sock, n).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"not JSON: {e}") from None
+        obj = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"not UTF-8: {e}", "json") from None
+    except json.JSONDecodeError as e:
+        raise ProtocolError(f"not JSON: {e}", "json") from None
+    except RecursionError:
+        raise ProtocolError("JSON nested too deeply", "json") from None
+    except ValueError as e:           # e.g. an integer literal beyond Python's digit limit
+        raise ProtocolError(f"not acceptable JSON: {e}", "json") from None
     if not isinstance(obj, dict):
-        raise ProtocolError("a message must be a JSON object")
+        raise ProtocolError("a message must be a JSON object", "json")
     return obj
+
+
+def recv_message(sock, deadline=None, max_size=MAX_MESSAGE):
+    """One message; the socket's own timeout applies unless ``deadline`` is given."""
+    n = parse_header(recv_exact(sock, HEADER, deadline), max_size)
+    return decode_message(recv_exact(sock, n, deadline, got_before=HEADER))

@@ -1,0 +1,598 @@
+"""ChamVS node server hardening: concurrent persistent clients next to idle and half-sent
+connections, timeouts, limits, every malformed message answered and counted by kind, fuzzed
+traffic, shards that cannot run code, one-line startup errors, and making shards."""
+
+import json
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hwgen.errors import ConfigError
+from hwgen.host.node_server import ERROR_KINDS, NodeService, make_server
+from hwgen.host.protocol import decode_message, recv_message, send_message
+from hwgen.host.shard import load_shard, make_shards, save_shard, shard_metadata
+from hwgen.vecsearch.node import ChamVSNodeConfig
+from hwgen.vecsearch.node_model import Shard
+
+from conftest import requires_faiss
+
+CFG = ChamVSNodeConfig(dim=16, m=4, nlist=4, nprobe_max=2, k=5, l1_len=5)   # exact top-k
+
+
+def _shard(seed=0, vectors=400):
+    rng = np.random.default_rng(seed)
+    coarse = rng.integers(-128, 128, size=(CFG.nlist, CFG.dim))
+    pq = rng.integers(-128, 128, size=(CFG.m, 256, CFG.dim // CFG.m))
+    lists = rng.integers(0, CFG.nlist, size=vectors)
+    codes = rng.integers(0, 256, size=(vectors, CFG.m)).astype(np.uint8)
+    ids = rng.permutation(vectors).astype(np.int64)
+    return Shard(coarse, pq, [codes[lists == l] for l in range(CFG.nlist)],
+                 [ids[lists == l] for l in range(CFG.nlist)])
+
+
+def _queries(rng, q):
+    return (rng.integers(-128, 128, size=(q, CFG.dim)).tolist(),
+            [rng.choice(CFG.nlist, size=2, replace=False).tolist() for _ in range(q)])
+
+
+def _start(path, *args):
+    proc = subprocess.Popen([sys.executable, "-m", "hwgen.host.node_server", str(path),
+                             "--port", "0", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("listening on"), (line, proc.stderr.read() if proc.poll() else "")
+    return proc, ("127.0.0.1", int(line.split()[-1]))
+
+
+def _stop(proc):
+    proc.kill()
+    _, err = proc.communicate()
+    assert "Traceback" not in err and "internal error" not in err, err
+
+
+@pytest.fixture(scope="module")
+def shard_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("shard") / "node0.npz"
+    save_shard(path, CFG, _shard())
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(shard_file):
+    """A node server with the default limits."""
+    proc, addr = _start(shard_file)
+    yield addr
+    _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def small_server(shard_file):
+    """A node server with small limits, to reach them quickly."""
+    proc, addr = _start(shard_file, "--timeout", "1", "--max-queries", "4",
+                        "--max-inflight-bytes", "4096", "--max-connections", "24")
+    yield addr
+    _stop(proc)
+
+
+def _connect(addr, timeout=5.0):
+    s = socket.create_connection(addr, timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _ask(addr, obj):
+    with _connect(addr) as s:
+        send_message(s, obj)
+        return recv_message(s)
+
+
+def _stats(addr, settle=True):
+    """The server's counters, once every other connection has been closed and counted."""
+    end = time.monotonic() + 5
+    while True:
+        stats = _ask(addr, {"op": "stats"})
+        if not settle or stats["open_connections"] == 1 or time.monotonic() > end:
+            return stats
+        time.sleep(0.02)
+
+
+def _framed(body):
+    return struct.pack(">I", len(body)) + body
+
+
+def _read_until_eof(sock, limit=5.0):
+    """Every byte the server sends before closing (asserting it closes within ``limit``)."""
+    sock.settimeout(limit)
+    end, data = time.monotonic() + limit, b""
+    while True:
+        assert time.monotonic() < end, "the server did not close the connection"
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _split(data):
+    """The messages in a byte string received from the server (all complete)."""
+    out = []
+    while data:
+        assert len(data) >= 4
+        (n,) = struct.unpack(">I", data[:4])
+        assert len(data) >= 4 + n
+        out.append(decode_message(data[4:4 + n]))
+        data = data[4 + n:]
+    return out
+
+
+# -- shards ----------------------------------------------------------------------------------
+
+
+def test_npz_shard_round_trip(tmp_path):
+    shard = _shard(1)
+    path = save_shard(tmp_path / "s.npz", CFG, shard, node=0, nodes=1)
+    config, back = load_shard(path)
+    assert config == CFG
+    assert np.array_equal(back.coarse, shard.coarse)
+    assert np.array_equal(back.pq_centroids, shard.pq_centroids)
+    for a, b in zip(back.list_codes + back.list_ids, shard.list_codes + shard.list_ids):
+        assert np.array_equal(a, b)
+    assert shard_metadata(path)["nodes"] == 1
+    with np.load(path, allow_pickle=False) as npz:      # plain arrays only
+        assert all(npz[k].dtype != object for k in npz.files)
+
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def _bad_shards(tmp_path):
+    with np.load(_write(tmp_path / "good.npz"), allow_pickle=False) as npz:
+        good = dict(npz)
+    marker = tmp_path / "pwned"
+    cases = {"pickle": pickle.dumps({"config": CFG.to_dict(), "shard": _Evil(marker)}),
+             "garbage": b"\x00garbage" * 10, "empty": b""}
+    files = {name: tmp_path / f"{name}.bin" for name in cases}
+    for name, data in cases.items():
+        files[name].write_bytes(data)
+    files["missing"] = tmp_path / "missing.npz"
+    np.save(tmp_path / "plain.npy", np.zeros(3))
+    files["npy"] = tmp_path / "plain.npy"
+    for name, change in {"no_codes": lambda d: d.pop("codes"),
+                         "float_ids": lambda d: d.update(ids=d["ids"].astype(float)),
+                         "short_offsets": lambda d: d.update(offsets=d["offsets"][:-1]),
+                         "bad_meta": lambda d: d.update(meta=np.frombuffer(b"[1]", np.uint8)),
+                         "object": lambda d: d.update(coarse=np.array([None], object))}.items():
+        d = dict(good)
+        change(d)
+        files[name] = tmp_path / f"{name}.npz"
+        with open(files[name], "wb") as f:
+            np.savez(f, **d)
+    return files, marker
+
+
+def _write(path):
+    return save_shard(path, CFG, _shard())
+
+
+def test_bad_shard_files_are_one_line_config_errors(tmp_path):
+    files, marker = _bad_shards(tmp_path)
+    for name, path in files.items():
+        with pytest.raises(ConfigError) as e:
+            load_shard(path)
+        text = str(e.value)
+        assert "\n" not in text and str(path) in text and text.startswith("shard="), name
+    assert "pickle" in str(pytest.raises(ConfigError, load_shard, files["pickle"]).value)
+    assert not marker.exists()
+
+
+def _run_main(*args):
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "hwgen.host.node_server", *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+    return proc, time.monotonic() - start
+
+
+def test_startup_errors_are_one_line_exit_2(tmp_path, shard_file):
+    files, marker = _bad_shards(tmp_path)
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    cases = [((files["pickle"],), str(files["pickle"])),
+             ((files["garbage"],), str(files["garbage"])),
+             ((files["missing"],), str(files["missing"])),
+             ((shard_file, "--port", port), f"port {port} is in use"),
+             ((shard_file, "--port", 70000), "70000"),
+             ((shard_file, "--timeout", 0), "timeout")]
+    try:
+        for args, needle in cases:
+            proc, _ = _run_main(*args)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2, (args, proc.stderr)
+            assert len(lines) == 1 and lines[0].startswith("node_server: error: "), proc.stderr
+            assert needle in lines[0] and "Traceback" not in proc.stderr
+            assert "listening" not in proc.stdout
+    finally:
+        busy.close()
+    assert not marker.exists()
+
+
+class _Broken(NodeService):
+    def run_search(self, queries, probes):
+        raise RuntimeError("boom\nsecond line")
+
+
+def test_in_process_server_answers_internal_errors_and_shuts_down(capfd):
+    server = make_server(_Broken(CFG, _shard()), timeout=2.0)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        addr = ("127.0.0.1", server.port)
+        with _connect(addr) as s:
+            s.sendall(_framed(_search()))
+            reply = recv_message(s)
+            assert reply["kind"] == "internal" and "boom" in reply["error"]
+            send_message(s, {"op": "stats"})          # the connection goes on
+            stats = recv_message(s)
+        assert stats["errors_by_kind"]["internal"] == 1 and stats["errors"] == 1
+        assert stats["limits"]["timeout"] == 2.0 and stats["limits"]["max_queries"] == 1024
+    finally:
+        server.shutdown()
+        thread.join(10)
+        server.server_close()
+    assert not thread.is_alive()
+    err = capfd.readouterr().err
+    assert err == "node_server: internal error: RuntimeError: boom second line\n", err
+
+
+# -- concurrency and timeouts ------------------------------------------------------------------
+
+
+def test_200_clients_beside_idle_and_half_sent_connections(server):
+    service = NodeService(CFG, _shard())              # the expected answers, in process
+    idle = []
+    for i in range(20):                               # held open for the whole test
+        s = _connect(server)
+        if i % 2:                                     # half a message: header and 10 bytes
+            s.sendall(struct.pack(">I", 100) + b'{"op": "pi')
+        idle.append(s)
+    clients, rounds = 200, 3
+    latencies, failures, answers = [], [], []
+    barrier = threading.Barrier(clients)
+
+    def client(n):
+        rng = np.random.default_rng(n)
+        try:
+            barrier.wait(timeout=30)
+            with _connect(server, timeout=10) as s:   # one persistent connection
+                for _ in range(rounds):
+                    queries, probes = _queries(rng, 1 + n % 3)
+                    start = time.monotonic()
+                    send_message(s, {"op": "search", "queries": queries, "probes": probes,
+                                     "k": CFG.k})
+                    reply = recv_message(s)
+                    latencies.append(time.monotonic() - start)
+                    answers.append((queries, probes, reply))
+        except Exception as e:                        # noqa: BLE001 - reported below
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    wall = time.monotonic() - start
+    assert not failures, failures[:3]
+    assert len(latencies) == clients * rounds
+    for queries, probes, reply in answers:          # checked after the clock stopped
+        assert (reply["distances"], reply["ids"]) == service.search(queries, probes, CFG.k)
+    worst = max(latencies)
+    print(f"\n{clients} clients x {rounds} searches beside 20 idle connections: max latency "
+          f"{worst * 1000:.0f} ms, median {np.median(latencies) * 1000:.1f} ms, "
+          f"wall {wall:.2f} s")
+    assert worst < 2.0
+    for s in idle:                                    # still open: none was dropped early
+        s.settimeout(0.01)
+        with pytest.raises(socket.timeout):
+            s.recv(1)
+        s.close()
+    stats = _stats(server)
+    assert stats["open_connections"] == 1
+
+
+def test_idle_and_half_messages_time_out_without_blocking_others(small_server):
+    before = _stats(small_server)
+    silent = _connect(small_server)
+    half = _connect(small_server)
+    half.sendall(struct.pack(">I", 200) + b'{"op": ')
+    half_header = _connect(small_server)
+    half_header.sendall(b"\x00\x00")
+    start = time.monotonic()
+    assert _ask(small_server, {"op": "ping"}) == {"ok": True}     # not blocked by them
+    assert time.monotonic() - start < 0.5
+    assert _read_until_eof(silent) == b""                         # idle: closed, no answer
+    for s in (half, half_header):
+        (reply,) = _split(_read_until_eof(s))
+        assert reply["kind"] == "timeout" and "error" in reply
+    took = time.monotonic() - start
+    assert 0.9 < took < 3.0
+    for s in (silent, half, half_header):
+        s.close()
+    after = _stats(small_server)
+    assert after["errors_by_kind"]["timeout"] - before["errors_by_kind"]["timeout"] == 2
+    assert after["idle_closed"] - before["idle_closed"] >= 1
+
+
+def test_connection_carries_many_messages_until_idle(small_server):
+    with _connect(small_server) as s:
+        for _ in range(50):
+            send_message(s, {"op": "ping"})
+            assert recv_message(s) == {"ok": True}
+        assert _read_until_eof(s) == b""          # closed after the 1 s idle timeout
+
+
+def test_query_count_and_byte_budget_and_connection_limits(small_server):
+    rng = np.random.default_rng(5)
+    with _connect(small_server) as s:
+        queries, probes = _queries(rng, 5)            # the limit is 4
+        send_message(s, {"op": "search", "queries": queries, "probes": probes, "k": CFG.k})
+        assert recv_message(s)["kind"] == "too_many_queries"
+        send_message(s, {"op": "search", "queries": queries[:4], "probes": probes[:4],
+                         "k": CFG.k})
+        assert len(recv_message(s)["ids"]) == 4
+    # the budget is 4096 bytes: a message announcing 3000 holds most of it
+    holder = _connect(small_server)
+    holder.sendall(struct.pack(">I", 3000) + b" ")
+    time.sleep(0.1)
+    with _connect(small_server) as s:
+        padded = b'{"op": "ping"}' + b" " * 1500
+        start = time.monotonic()
+        s.sendall(_framed(padded))
+        reply = recv_message(s)
+        assert reply["kind"] == "busy" and 0.4 < time.monotonic() - start < 1.0
+        holder.close()                                # frees the budget
+        time.sleep(0.1)
+        s.sendall(_framed(padded))                    # same connection goes on
+        assert recv_message(s) == {"ok": True}
+    with _connect(small_server) as s:                 # beyond the budget: never fits
+        s.sendall(struct.pack(">I", 5000))
+        (reply,) = _split(_read_until_eof(s))
+        assert reply["kind"] == "too_large"
+    # at most 24 connections: the next one is answered busy and closed
+    _stats(small_server)
+    held = [_connect(small_server) for _ in range(23)]
+    try:
+        time.sleep(0.2)
+        with _connect(small_server) as s:
+            send_message(s, {"op": "ping"})
+            assert recv_message(s) == {"ok": True}    # the 24th
+            extra = _connect(small_server)
+            (reply,) = _split(_read_until_eof(extra))
+            assert reply["kind"] == "busy"
+            extra.close()
+    finally:
+        for h in held:
+            h.close()
+
+
+# -- malformed messages --------------------------------------------------------------------------
+
+
+def _search(**change):
+    req = {"op": "search", "queries": [[1] * CFG.dim], "probes": [[0, 1]], "k": CFG.k}
+    req.update(change)
+    return json.dumps(req).encode()
+
+
+MALFORMED = {       # name: (body, kind); every one leaves the connection usable
+    "not_json": (b"{bad", "json"),
+    "bad_utf8": (b'{"op": "\xff\xfe"}', "json"),
+    "not_object": (b"[1, 2, 3]", "json"),
+    "empty": (b"", "json"),
+    "deep_nesting": (b"[" * 100_000 + b"]" * 100_000, "json"),
+    "deep_object": (b'{"op":' + b'{"a":' * 40_000 + b"1" + b"}" * 40_001, "json"),
+    "long_int_literal": (b'{"op": ' + b"9" * 5000 + b"}", "json"),
+    "int_2_63": (_search(queries=[[2 ** 63] * CFG.dim]), "bad_request"),
+    "int_2_70": (_search(queries=[[2 ** 70] + [0] * (CFG.dim - 1)]), "bad_request"),
+    "negative_2_70": (_search(probes=[[-2 ** 70, 0]]), "bad_request"),
+    "big_k": (_search(k=2 ** 80), "bad_request"),
+    "query_out_of_range": (_search(queries=[[128] * CFG.dim]), "bad_request"),
+    "float_values": (_search(queries=[[0.5] * CFG.dim]), "bad_request"),
+    "nan_values": (b'{"op": "search", "queries": [[NaN]], "probes": [[0]], "k": 5}',
+                   "bad_request"),
+    "string_values": (_search(queries=[["a"] * CFG.dim]), "bad_request"),
+    "ragged": (_search(queries=[[1] * CFG.dim, [1]], probes=[[0], [0]]), "bad_request"),
+    "wrong_dim": (_search(queries=[[1, 2]]), "bad_request"),
+    "flat_queries": (_search(queries=[1] * CFG.dim), "bad_request"),
+    "queries_object": (_search(queries={"a": 1}), "bad_request"),
+    "probes_mismatch": (_search(probes=[[0], [1]]), "bad_request"),
+    "too_many_probes": (_search(probes=[[0, 1, 2]]), "bad_request"),
+    "bad_list_id": (_search(probes=[[CFG.nlist]]), "bad_request"),
+    "wrong_k": (_search(k=3), "bad_request"),
+    "bool_k": (_search(k=True), "bad_request"),
+    "missing_probes": (json.dumps({"op": "search", "queries": [], "k": 5}).encode(),
+                       "bad_request"),
+    "deep_queries": (_search(queries=json.loads("[" * 500 + "]" * 500)), "bad_request"),
+    "unknown_op": (b'{"op": "fly"}', "unknown_op"),
+    "no_op": (b"{}", "unknown_op"),
+    "list_op": (b'{"op": [1]}', "unknown_op"),
+    "too_many_queries": (_search(queries=[[0] * CFG.dim] * 1025, probes=[[0]] * 1025),
+                         "too_many_queries"),
+}
+
+
+def test_every_malformed_message_is_answered_and_counted(server):
+    before = _stats(server)
+    expect = dict.fromkeys(ERROR_KINDS, 0)
+    with _connect(server) as s:
+        for name, (body, kind) in MALFORMED.items():
+            s.sendall(_framed(body))
+            reply = recv_message(s)
+            assert reply.get("kind") == kind and reply["error"], (name, reply)
+            assert len(reply["error"]) < 400
+            expect[kind] += 1
+            send_message(s, {"op": "ping"})           # the connection goes on
+            assert recv_message(s) == {"ok": True}, name
+    fatal = {   # name: (bytes, kind): answered, then the connection is closed
+        "oversize_prefix": (b"\xff\xff\xff\xff" + b"x" * 100, "too_large"),
+        "beyond_max_message": (struct.pack(">I", 64 << 20) + b"{}", "too_large"),
+        "truncated": (struct.pack(">I", 100) + b'{"op": "ping"}', "framing"),
+        "truncated_header": (b"\x00\x00", "framing"),
+    }
+    for name, (data, kind) in fatal.items():
+        with _connect(server) as s:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            (reply,) = _split(_read_until_eof(s))
+            assert reply["kind"] == kind, (name, reply)
+            expect[kind] += 1
+    with _connect(server) as s:                       # a clean close is not an error
+        pass
+    assert _ask(server, {"op": "ping"}) == {"ok": True}
+    after = _stats(server)
+    got = {k: after["errors_by_kind"][k] - before["errors_by_kind"][k] for k in ERROR_KINDS}
+    assert got == expect
+    assert after["errors"] - before["errors"] == sum(expect.values())
+    # requests: the dispatched objects (bad ones included), pings and the stats calls
+    assert after["requests"] > before["requests"]
+
+
+# -- fuzzing -----------------------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=4),
+    max_leaves=20)
+_request = st.fixed_dictionaries(
+    {"op": st.sampled_from(["ping", "stats", "search", "fly"]) | _json},
+    optional={"queries": st.one_of(_json, st.lists(st.lists(st.integers(-2 ** 70, 2 ** 70),
+                                                            min_size=CFG.dim,
+                                                            max_size=CFG.dim), max_size=3)),
+              "probes": st.one_of(_json, st.lists(st.lists(st.integers(-1, 5), min_size=1,
+                                                           max_size=3), max_size=3)),
+              "k": st.one_of(st.just(CFG.k), _json)})
+_chunk = st.one_of(
+    st.binary(max_size=64),                                          # raw bytes
+    st.binary(max_size=64).map(_framed),                             # framed garbage
+    _request.map(lambda r: _framed(json.dumps(r).encode())),         # framed objects
+    _json.map(lambda r: _framed(json.dumps(r).encode())),            # framed JSON values
+)
+
+
+def _check_reply(reply):
+    if "error" in reply:
+        assert reply["kind"] in ERROR_KINDS and isinstance(reply["error"], str)
+    else:
+        assert reply == {"ok": True} or "requests" in reply or \
+            (len(reply["ids"]) == len(reply["distances"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunks=st.lists(_chunk, min_size=1, max_size=4))
+def test_fuzzed_byte_streams_get_replies_or_clean_close(server, chunks):
+    start = time.monotonic()
+    with _connect(server) as s:
+        s.sendall(b"".join(chunks))
+        s.shutdown(socket.SHUT_WR)
+        data = _read_until_eof(s, limit=5.0)
+    assert time.monotonic() - start < 5.0
+    replies = _split(data)
+    assert len(replies) <= sum(map(len, chunks)) // 4 + 1
+    for reply in replies:
+        _check_reply(reply)
+    assert _ask(server, {"op": "ping"}) == {"ok": True}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.lists(_request, min_size=1, max_size=4))
+def test_fuzzed_requests_each_get_one_reply(server, requests):
+    with _connect(server) as s:
+        for request in requests:
+            start = time.monotonic()
+            send_message(s, request)
+            _check_reply(recv_message(s))
+            assert time.monotonic() - start < 2.0
+        send_message(s, {"op": "ping"})
+        assert recv_message(s) == {"ok": True}
+
+
+# -- making shards -----------------------------------------------------------------------------
+
+
+@requires_faiss
+def test_make_shards_from_float_vectors(tmp_path):
+    from hwgen.host.coordinator import merge_topk, same_results
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=(300, CFG.dim)).astype(np.float32)
+    np.save(tmp_path / "base.npy", base)
+    lines = []
+    paths = make_shards(CFG, tmp_path / "base.npy", 3, "split-lists", tmp_path / "out",
+                        log=lines.append)
+    assert [p.name for p in paths] == ["node0.npz", "node1.npz", "node2.npz"]
+    assert len(lines) == 4 and "trained" in lines[0]
+    loaded = [load_shard(p) for p in paths]
+    ids = np.concatenate([i for _, s in loaded for i in s.list_ids])
+    assert sorted(ids.tolist()) == list(range(300))
+    meta = shard_metadata(paths[1])
+    assert meta["node"] == 1 and meta["nodes"] == 3 and meta["scale"] > 0
+    (one,) = make_shards(CFG, base, 1, "whole-lists", tmp_path / "one")
+    single = NodeService(*load_shard(one))
+    nodes = [NodeService(c, s) for c, s in loaded]
+    queries, probes = _queries(rng, 4)
+    full = single.search(queries, probes, CFG.k)
+    parts = [n.search(queries, probes, CFG.k) for n in nodes]
+    for q in range(4):
+        merged = merge_topk([(p[0][q], p[1][q]) for p in parts], CFG.k)
+        assert same_results((full[0][q], full[1][q]), merged)
+    for bad in [dict(nodes=0), dict(nodes=1.5), dict(scheme="rows"),
+                dict(base=base[0]), dict(base=base[:100]), dict(base=base[:, :8]),
+                dict(base=np.full_like(base, np.nan)),
+                dict(base=tmp_path / "nope.npy"), dict(out=tmp_path / "base.npy")]:
+        args = dict(nodes=2, scheme="split-lists", base=base, out=tmp_path / "x") | bad
+        with pytest.raises(ConfigError):
+            make_shards(CFG, args["base"], args["nodes"], args["scheme"], args["out"])
+
+
+@requires_faiss
+def test_hwgen_chamvs_shard_command_makes_servable_shards(tmp_path):
+    """`hwgen chamvs shard` (the CLI) writes shards a node server loads and answers from."""
+    from click.testing import CliRunner
+    from hwgen.cli import main
+    rng = np.random.default_rng(11)
+    np.save(tmp_path / "base.npy", rng.normal(size=(400, 16)).astype(np.float32))
+    result = CliRunner().invoke(main, ["chamvs", "shard", str(tmp_path / "base.npy"),
+                                       "--nodes", "2", "--set", "nlist=8", "--set", "m=8",
+                                       "--out", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.split() == [str(tmp_path / "s" / f"node{i}.npz") for i in (0, 1)]
+    config, shard = load_shard(tmp_path / "s" / "node1.npz")
+    assert (config.dim, config.nlist, config.m) == (16, 8, 8)
+    proc, addr = _start(tmp_path / "s" / "node1.npz")
+    try:
+        with socket.create_connection(addr, timeout=5) as sock:
+            send_message(sock, {"op": "search", "queries": [[1] * 16], "probes": [[0]],
+                                "k": config.k})
+            reply = recv_message(sock)
+        assert len(reply["ids"][0]) == config.k and "error" not in reply
+    finally:
+        _stop(proc)
+    bad = CliRunner().invoke(main, ["chamvs", "shard", str(tmp_path / "base.npy"),
+                                    "--nodes", "0", "--out", str(tmp_path / "t")])
+    assert bad.exit_code == 2 and bad.stderr == "hwgen: error: nodes=0: must be an integer in " \
+        "1..1024\n"
