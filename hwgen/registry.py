@@ -49,7 +49,7 @@ class Accelerator:
     config_path: str
     top_path: str
     model_path: str
-    testbench: str = "sim.stream_tb"
+    testbench: str = "hwgen.sim.stream_tb"
     default_items: int = 1000
     test_configs_spec: object = field(default_factory=tuple)
     test_items: int = 0

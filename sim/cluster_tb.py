@@ -24,7 +24,7 @@ import socket
 import cocotb
 from cocotb.triggers import RisingEdge
 
-from sim.stream_tb import StreamBench, _from_frame, _to_frame
+from .stream_tb import StreamBench, _from_frame, _to_frame
 
 POLL_CYCLES = 16
 STATUS_CYCLES = 256

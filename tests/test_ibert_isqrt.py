@@ -184,7 +184,7 @@ class IsqrtBench:
 
     name = "ibert-isqrt-harness"
     top_name = "ibert_isqrt_harness"
-    testbench = "sim.stream_tb"
+    testbench = "hwgen.sim.stream_tb"
     default_items = 4000
     model = IsqrtModel
 

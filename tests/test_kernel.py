@@ -94,7 +94,7 @@ def _copy_run(stall, seed):
            "rcmd": [fmt.pack({"addr": src, "words": n}) for src, _, n in COPIES],
            "wcmd": [fmt.pack({"addr": dst, "words": n}) for _, dst, n in COPIES],
            "total_words": words, "timeout_cycles": int(words * 4 / (1 - stall) ** 2) + 5000}
-    result, _ = run_testbench("sim.kernel_tb", "axi_copy", work / "build",
+    result, _ = run_testbench("hwgen.sim.kernel_tb", "axi_copy", work / "build",
                               work / "runs" / f"seed{seed}-stall{stall:g}", job,
                               testcase="run_axi_job", seed=seed)
     return image, result

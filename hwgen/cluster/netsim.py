@@ -161,7 +161,7 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
 
             def run(node=node, node_dir=node_dir):
                 try:
-                    node.result, _ = run_testbench("sim.cluster_tb", node.top, node.build_dir,
+                    node.result, _ = run_testbench("hwgen.sim.cluster_tb", node.top, node.build_dir,
                                                    node_dir, node.job, seed=seed)
                 except Exception as e:          # reported below, with the others
                     errors[node.name] = e

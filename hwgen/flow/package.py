@@ -29,15 +29,15 @@ renders as a placeholder comment, as in Amaranth's vendor platforms.
 
 import re
 import stat
+from importlib.resources import files
 from pathlib import Path
 
 import jinja2
 
-from .tools import REPO_ROOT
-
 __all__ = ["TEMPLATES_DIR", "render", "tcl_quote", "write_vendor_files"]
 
-TEMPLATES_DIR = REPO_ROOT / "rtl_templates"
+#: The templates: the checkout's ``rtl_templates/``, installed as package ``hwgen.rtl_templates``.
+TEMPLATES_DIR = Path(files("hwgen.rtl_templates"))
 
 
 def tcl_quote(value):

@@ -6,15 +6,38 @@ from pathlib import Path
 
 from ..errors import ToolError
 
-__all__ = ["REPO_ROOT", "cache_dir", "use_verilator", "yosys_path"]
+__all__ = ["cache_dir", "checkout_root", "use_verilator", "yosys_path"]
 
-#: The checkout hwgen runs from (the package is installed in editable mode by ``make setup``).
-REPO_ROOT = Path(__file__).resolve().parents[2]
+
+def checkout_root():
+    """The source checkout hwgen runs from, or None for an installed (non-editable) package.
+
+    A checkout is the directory holding the ``hwgen`` package with a ``pyproject.toml`` beside
+    it, writable by this user (``make setup`` installs it in editable mode). Nothing else in
+    hwgen depends on the checkout: templates, board files and testbenches are package data
+    (``hwgen.rtl_templates``, ``hwgen.board_files``, ``hwgen.sim``).
+    """
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():
+        return None
+    probe = root / "build" if (root / "build").is_dir() else root
+    return root if os.access(probe, os.W_OK | os.X_OK) else None
 
 
 def cache_dir():
-    """Root of cached builds: ``$HWGEN_CACHE`` or ``<repo>/build/cache``."""
-    root = Path(os.environ.get("HWGEN_CACHE", REPO_ROOT / "build" / "cache"))
+    """Root of cached builds (created if missing).
+
+    ``$HWGEN_CACHE`` if set; else ``<checkout>/build/cache`` when running from a checkout (see
+    :func:`checkout_root`); else the user cache, ``$XDG_CACHE_HOME/hwgen`` or ``~/.cache/hwgen``.
+    """
+    if os.environ.get("HWGEN_CACHE"):
+        root = Path(os.environ["HWGEN_CACHE"])
+    elif (checkout := checkout_root()) is not None:
+        root = checkout / "build" / "cache"
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+        root = base / "hwgen"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import ToolError
-from .tools import REPO_ROOT, use_verilator
+from .tools import use_verilator
 
 __all__ = ["VERILATOR_ARGS", "verilate", "run_testbench"]
 
@@ -72,12 +72,19 @@ def run_testbench(test_module, top, build_dir, run_dir, job, *, testcase=None, s
     for p in (result_path, progress_path):
         p.unlink(missing_ok=True)
     job_path.write_text(json.dumps(job))
+    # cocotb's runner hands the simulator's Python this process's sys.path as PYTHONPATH (and
+    # its interpreter as PYGPI_PYTHON_BIN), so the testbench imports the same hwgen as this one,
+    # installed or editable; no checkout path is added.
     env = {
         "HWGEN_JOB": str(job_path), "HWGEN_RESULT": str(result_path),
         "HWGEN_PROGRESS": str(progress_path),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
         "COCOTB_LOG_LEVEL": "WARNING",
     }
+    # ... and a relative sys.executable (`.venv/bin/python -m pytest`, as make test runs it)
+    # would not resolve in the simulator's working folder: the simulator would start the base
+    # interpreter without the venv's site-packages and its editable-install finder.
+    if not os.path.isabs(sys.executable):
+        sys.executable = os.path.abspath(sys.executable)
     runner = _runner()
     error = []
 
