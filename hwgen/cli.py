@@ -8,15 +8,20 @@ exits with status 1.
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
 import click
 
-from . import registry
+from . import checks, registry
 from .errors import ConfigError, HwgenError, SimulationMismatch
 
 __all__ = ["main"]
+
+
+#: Set by ``hwgen --debug`` (or HWGEN_DEBUG=1): errors propagate with their traceback.
+_DEBUG = {"on": os.environ.get("HWGEN_DEBUG", "") not in ("", "0")}
 
 
 def _fail(message, code):
@@ -24,19 +29,58 @@ def _fail(message, code):
     sys.exit(code)
 
 
+def _os_message(e):
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}"
+
+
 def reports_errors(fn):
-    """Turn hwgen's errors into one-line messages and exit codes (no tracebacks)."""
+    """Turn every failure into one line on stderr and an exit status, never a traceback
+    (unless ``--debug``): 1 for a simulation that disagrees with its golden model, 2 for bad
+    input (:class:`ConfigError`, unreadable or unwritable files), 3 for an internal error."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except SimulationMismatch as e:
-            _fail(str(e), 1)
-        except HwgenError as e:
-            _fail(str(e), 2)
+        except (click.exceptions.ClickException, click.exceptions.Exit,
+                click.exceptions.Abort):
+            raise
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except Exception as e:
+            if _DEBUG["on"]:
+                raise
+            if isinstance(e, SimulationMismatch):
+                _fail(str(e), 1)
+            if isinstance(e, HwgenError):
+                _fail(str(e), 2)
+            if isinstance(e, OSError):
+                _fail(_os_message(e), 2)
+            if isinstance(e, MemoryError):
+                _fail("out of memory: lower --items or the configuration's sizes", 2)
+            first = " ".join(str(e).split())[:300]
+            _fail(f"internal error, a bug in hwgen ({type(e).__name__}: {first}); please "
+                  "report it with the command line; `hwgen --debug ...` shows the traceback", 3)
     return wrapper
+
+
+class _Main(click.Group):
+    """The ``hwgen`` group: click's own usage errors also become one line."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.ClickException as e:
+            hint = ""
+            if isinstance(e, click.UsageError) and e.ctx is not None:
+                hint = f" (see `{e.ctx.command_path} --help`)"
+            _fail(" ".join(e.format_message().split()) + hint, e.exit_code)
+        except click.exceptions.Abort:
+            _fail("aborted", 1)
+        if standalone_mode:
+            sys.exit(rv if isinstance(rv, int) else 0)
+        return rv
 
 
 def _log(message):
@@ -60,6 +104,10 @@ def _write_json(path, data):
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
+def _seed(seed):
+    return checks.at_least("seed", seed, 0, checks.SEED_MAX)
+
+
 config_options = [
     click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                  help="Override one parameter (repeatable)."),
@@ -74,10 +122,14 @@ def with_config_options(fn):
     return fn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hwgen")
-def main():
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors "
+              "(also HWGEN_DEBUG=1).")
+def main(debug):
     """hwgen: generate, simulate and size data-centre ML accelerators."""
+    if debug:
+        _DEBUG["on"] = True
 
 
 @main.command("list")
@@ -103,6 +155,24 @@ def list_cmd(name, boards):
         click.echo(f"{acc.name:<14} {acc.summary}")
 
 
+@main.command("config")
+@click.argument("name")
+@with_config_options
+@click.option("--board", help="Board whose defaults apply (see hwgen list --boards).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the configuration as a JSON file usable with --config.")
+@reports_errors
+def config_cmd(name, sets, config_file, board, json_path):
+    """Validate a configuration and print it resolved (defaults, file, --set), with the
+    values derived from it; nothing is built."""
+    acc, cfg = _config(name, sets, config_file, _board(board))
+    if json_path:
+        checks.output_file("json", json_path)
+        _write_json(json_path, cfg.to_dict())
+    click.echo(json.dumps({"accelerator": acc.name, "config": cfg.to_dict(),
+                           "derived": cfg.derived()}, indent=2, default=str))
+
+
 @main.command()
 @click.argument("name")
 @with_config_options
@@ -120,6 +190,7 @@ def build(name, sets, config_file, board, out_dir, synth):
     open_board = board in OPEN_BOARDS
     board_obj = None if open_board else _board(board)
     acc, cfg = _config(name, sets, config_file, board_obj)
+    checks.output_dir("out", out_dir)
     written = build_accelerator(acc, cfg, board_obj, Path(out_dir), synth=synth, log=_log)
     if open_board:
         paths, report = build_bitstream(acc, cfg, board, Path(out_dir), log=_log)
@@ -162,6 +233,19 @@ def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, que
     """Simulate the Verilog on Verilator and compare with the golden model."""
     from .flow.simulate import check, simulate
     acc = registry.get(name)
+    _seed(seed)
+    checks.probability("stall", stall)
+    if items is not None:
+        checks.at_least("items", items, 1)
+    if json_path:
+        checks.output_file("json", json_path)
+    for opt, val in (("queries_count", queries_count), ("nprobe", nprobe), ("nlist", nlist),
+                     ("k", k), ("m", m)):
+        if val is not None:
+            checks.at_least(opt, val, 1)
+    if queries_count is not None and items is not None and queries_count != items:
+        raise ConfigError("queries_count", f"and --items={items} disagree (they are the "
+                          "same option)", value=queries_count)
     data_opts = {"base": base, "queries": queries, "nprobe": nprobe}
     given = [o for o, v in {**data_opts, "queries_count": queries_count, "nlist": nlist,
                             "k": k, "m": m}.items() if v is not None]
@@ -228,6 +312,8 @@ def synth(name, sets, config_file, board, json_path):
     from .flow.synth import synthesize
     board_obj = _board(board)
     acc, cfg = _config(name, sets, config_file, board_obj)
+    if json_path:
+        checks.output_file("json", json_path)
     report = synthesize(acc, cfg, board=board_obj, log=_log)
     if json_path:
         _write_json(json_path, report)
@@ -257,8 +343,9 @@ def timing(name, sets, config_file, seeds, no_xilinx, json_path):
     """Post-route Fmax on ECP5 (ratio to a reference in the same run), UltraScale+ depth."""
     from .flow.timing import measure_timing
     acc, cfg = _config(name, sets, config_file, None)
+    checks.at_least("seeds", seeds, 1, 99)
     if json_path:
-        _check_writable(json_path)
+        checks.output_file("json", json_path)
     report = measure_timing(acc, cfg, seeds=seeds, xilinx=not no_xilinx, log=_log)
     if json_path:
         _write_json(json_path, report)
@@ -295,17 +382,6 @@ def timing_lines(r):
     return lines
 
 
-def _check_writable(path):
-    """Fail early (before a long run) when ``path``'s folder cannot be created or written."""
-    parent = Path(path).resolve().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError("json", f"cannot create its folder: {e.strerror}", value=str(path))
-    if Path(path).is_dir():
-        raise ConfigError("json", "is a directory", value=str(path))
-
-
 @main.group()
 def bench():
     """Benchmarks: measured throughput/latency and resources, printed as tables."""
@@ -322,10 +398,11 @@ def bench():
 def bench_timing(seeds, names, json_path):
     """ECP5 Fmax and ratio of every registered accelerator, before/after issue 11."""
     from .flow.timing_bench import bench_timing as run_bench
+    checks.at_least("seeds", seeds, 1, 99)
     for name in names:
         registry.get(name)
     if json_path:
-        _check_writable(json_path)
+        checks.output_file("json", json_path)
     run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log)
 
 
@@ -353,6 +430,8 @@ def bench_lut_builder():
 def bench_kselect(queries, seed):
     """Exactness of the approximate hierarchical queue (random and digits data)."""
     from .vecsearch.bench import bench_kselect as run_bench
+    checks.at_least("queries", queries, 1)
+    _seed(seed)
     if not run_bench(echo=click.echo, queries=queries, seed=seed):
         raise SimulationMismatch("a K-selection row misses its exactness target")
 
@@ -363,6 +442,7 @@ def bench_kselect(queries, seed):
 def bench_chamvs(queries):
     """ChamVS node: model vs simulation, scan throughput, projected QPS of the paper's data."""
     from .vecsearch.bench import bench_chamvs as run_bench
+    checks.at_least("queries", queries, 1)
     if not run_bench(echo=click.echo, queries=queries):
         raise SimulationMismatch("the node disagreed with its golden model or its cycle model")
 
@@ -390,7 +470,10 @@ def cluster():
 def cluster_build(description, out_dir, no_tops):
     """Build a cluster description (a JSON file, or a shipped name: ibert_encoder)."""
     from .cluster.builder import build as run_build
-    result = run_build(description, Path(out_dir), tops=not no_tops, log=_log)
+    from .cluster.describe import load
+    desc = load(description)
+    checks.output_dir("out", out_dir)
+    result = run_build(desc, Path(out_dir), tops=not no_tops, log=_log)
     for line in result["summary"]:
         click.echo(line)
     click.echo(f"wrote {len(result['written'])} files to {out_dir}")
@@ -412,7 +495,9 @@ def cluster_build(description, out_dir, no_tops):
 @reports_errors
 def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall):
     """Simulate every FPGA of a description at once (Verilator per FPGA, UDP network)."""
-    from .cluster.multifpga import run as run_sim
+    from .cluster.multifpga import check_options, run as run_sim
+    check_options(latency_s=latency_ms / 1000, loss=loss, seed=seed, rounds=rounds,
+                  stall=stall)
     r = run_sim(description, Path(out_dir), latency_s=latency_ms / 1000, loss=loss, seed=seed,
                 rounds=rounds, stall=stall, log=_log, echo=click.echo)
     click.echo(f"{'kernel':<24} {'fpga':<6} {'sent':>5} {'expected':>9} {'received':>9} "
@@ -458,6 +543,12 @@ def bench_queues():
 def size_queues(k, streams, target):
     """L1 queue lengths of the approximate hierarchical priority queue (binomial sizing)."""
     from .vecsearch.sizing import sizing_table
+    checks.at_least("k", k, 1)
+    for n in streams:
+        checks.at_least("streams", n, 1)
+    if not 0 < target < 1:
+        raise ConfigError("target", "must be a probability strictly between 0 and 1",
+                          value=target)
     rows = sizing_table(k, streams or (4, 8, 16, 32), target)
     click.echo(f"L1 queue length for k={k}, target {target}: top-k items fall into each of "
                f"the L1 queues with equal probability (binomial)")
@@ -489,14 +580,22 @@ def partition(preset, model_file, board, nodes, dsp_per_pe, rate, link_gbps, out
         raise ConfigError("preset", "give exactly one of --preset and --model")
     model = get_preset(preset) if preset else RecModel.from_json(model_file)
     board_obj = _board(board)
+    if out_dir:
+        checks.output_dir("out", out_dir)
     plan = run_partition(model, board_obj, nodes, dsp_per_pe=dsp_per_pe, link_gbps=link_gbps,
                          inferences_per_s=rate)
     click.echo(f"{model.name} on {nodes} x {board_obj.name}: layer work ratios "
                f"{':'.join(map(str, plan.ratios))}, {dsp_per_pe} DSPs per PE")
     sizes = " / ".join(str(p) for p in plan.layer_pes)
-    click.echo(f"PEs per layer: {sizes} (unit {plan.unit}; layers "
+    click.echo(f"PEs per layer: {sizes} (layers "
                + ", ".join(f"{i}x{o}" for i, o in model.layer_shapes[:len(plan.layer_pes)])
-               + ")")
+               + f"): the largest power-of-two multiple ({plan.unit}) of the work ratios that "
+               f"fits {nodes} x {board_obj.resources['dsp']:,} DSPs")
+    tables = plan.placement
+    click.echo(f"embedding tables on node 1: {len(tables.onchip)} on chip "
+               f"({tables.onchip_bytes:,} B), {len(model.tables) - len(tables.onchip)} off chip "
+               f"on {len(tables.channels)} memory channels; lookups allow "
+               f"{tables.inferences_per_s:,.0f} inferences/s")
     click.echo(f"{'node':>4} {'PEs (layer: count)':<28} {'DSP':>6} {'DSP %':>7} "
                f"{'BRAM18':>7} {'BRAM %':>7} {'recv B/inf':>10} {'send B/inf':>10}")
     for n in plan.nodes:
@@ -508,15 +607,15 @@ def partition(preset, model_file, board, nodes, dsp_per_pe, rate, link_gbps, out
     if busiest:
         click.echo(f"links allow up to {link_gbps * 1e9 / 8 / busiest:,.0f} inferences/s "
                    f"({busiest} bytes per inference on the busiest link at {link_gbps:g} Gb/s)")
+    if plan.problems:          # nothing is written for a plan that does not fit
+        value = {"nodes": nodes, "rate": rate}[plan.blame]
+        raise ConfigError(plan.blame, "infeasible: " + "; ".join(plan.problems), value=value)
     if out_dir:
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         for n in plan.nodes:
             _write_json(out / f"node{n.node}.json", {"model": model.to_dict(),
                                                      "board": board_obj.name, **n.to_dict()})
         click.echo(f"wrote {len(plan.nodes)} node configurations to {out}")
-    if plan.problems:
-        raise ConfigError("nodes", "infeasible: " + "; ".join(plan.problems), value=nodes)
 
 
 @main.command("recsys-cluster-sim")
@@ -535,6 +634,12 @@ def recsys_cluster_sim(preset, nodes, latency_ns, gbps, clock_mhz, items, stall,
                        json_path):
     """Every node's top in Verilator, activations exchanged through a network model."""
     from .recsys.multinode import Network, plan_cluster, report_lines, simulate_cluster
+    checks.at_least("nodes", nodes, 1)
+    checks.at_least("items", items, 1)
+    checks.probability("stall", stall)
+    _seed(seed)
+    if json_path:
+        checks.output_file("json", json_path)
     network = Network(latency_ns=latency_ns, gbps=gbps, clock_mhz=clock_mhz)
     report = simulate_cluster(plan_cluster(preset, nodes), items=items, seed=seed,
                               stall=stall, network=network, log=_log)
@@ -548,6 +653,38 @@ def recsys_cluster_sim(preset, nodes, latency_ns, gbps, clock_mhz, items, stall,
                                  f"beats, {report['timeouts']} timeouts)")
 
 
+@main.group()
+def chamvs():
+    """ChamVS memory nodes served over TCP (see hwgen.host.node_server)."""
+
+
+@chamvs.command("shard")
+@click.argument("base", type=click.Path(dir_okay=False))
+@with_config_options
+@click.option("--nodes", type=int, default=2, show_default=True, help="Memory nodes.")
+@click.option("--scheme", type=click.Choice(["split-lists", "whole-lists"]),
+              default="split-lists", show_default=True,
+              help="split-lists: every node a share of every list; whole-lists: list l on "
+                   "node l % N.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder receiving node0.npz ... node{N-1}.npz.")
+@reports_errors
+def chamvs_shard(base, sets, config_file, nodes, scheme, out_dir):
+    """Train the node's IVF-PQ index on BASE (.npy vectors) and write one shard per node,
+    for `python -m hwgen.host.node_server SHARD.npz`."""
+    from .host.shard import make_shards
+    from .vecsearch.node_model import load_vectors
+    checks.at_least("nodes", nodes, 1, 1024)
+    vectors = load_vectors(base, "base")
+    sets = list(sets)
+    if not any(s.startswith("dim=") for s in sets):
+        sets.append(f"dim={vectors.shape[1]}")
+    _, cfg = _config("chamvs-node", sets, config_file, None)
+    checks.output_dir("out", out_dir)
+    for path in make_shards(cfg, vectors, nodes, scheme, out_dir, log=_log):
+        click.echo(str(path))
+
+
 @main.command()
 @click.option("--queries", type=int, default=20, show_default=True)
 @click.option("--stall", type=float, default=0.1, show_default=True)
@@ -556,6 +693,9 @@ def recsys_cluster_sim(preset, nodes, latency_ns, gbps, clock_mhz, items, stall,
 def demo(queries, stall, seed):
     """The ChamVS node's Verilog searching the digits data set, checked against faiss."""
     from .vecsearch.demo import run_demo
+    checks.at_least("queries", queries, 1)
+    checks.probability("stall", stall)
+    _seed(seed)
     if not run_demo(queries=queries, stall=stall, seed=seed, echo=click.echo,
                     progress=sys.stderr.isatty()):
         raise SimulationMismatch("the node's results differ from its golden model")

@@ -21,10 +21,14 @@ Example::
 import dataclasses
 import hashlib
 import json
+import math
+import re
 
 from .errors import ConfigError
 
 __all__ = ["Config", "param"]
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 
 def param(default, doc, *, lo=None, hi=None, choices=None):
@@ -73,10 +77,19 @@ def _parse_text(field, text):
                 return False
             raise ValueError(text)
         if kind == "int":
-            return int(text, 0)
+            # Decimal only (``08`` is 8): a hex or octal prefix is refused, not reinterpreted.
+            if not _DECIMAL.fullmatch(text.strip()):
+                raise ConfigError(field.name, f"must be {_allowed(field)}, written in decimal",
+                                  value=text)
+            return int(text.strip(), 10)
         if kind == "float":
-            return float(text)
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError(text)
+            return value
         return text
+    except ConfigError:
+        raise
     except ValueError:
         raise ConfigError(field.name, f"must be {_allowed(field)}", value=text) from None
 
@@ -98,7 +111,8 @@ class Config:
             "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
             "bool": lambda v: isinstance(v, bool),
             "str": lambda v: isinstance(v, str),
-            "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+            "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v),
         }.get(kind, lambda v: True)
         if not ok_type(value):
             raise ConfigError(field.name, f"must be {_allowed(field)}", value=value)
@@ -129,14 +143,8 @@ class Config:
 
     @classmethod
     def from_json(cls, path):
-        try:
-            with open(path) as f:
-                values = json.load(f)
-        except OSError as e:
-            raise ConfigError("config", f"cannot read: {e.strerror}", value=str(path)) from None
-        except json.JSONDecodeError as e:
-            raise ConfigError("config", f"not valid JSON ({e.msg} at line {e.lineno})",
-                              value=str(path)) from None
+        from .checks import read_json
+        values = read_json(path, "config")
         if not isinstance(values, dict):
             raise ConfigError("config", "must hold a JSON object of parameters", value=str(path))
         return cls.from_dict(values)
@@ -148,8 +156,8 @@ class Config:
         for text in assignments:
             key, sep, raw = text.partition("=")
             key = key.strip()
-            if not sep:
-                raise ConfigError(key or text, "expected key=value", value=text)
+            if not sep or not key:
+                raise ConfigError("set", "expected key=value", value=text)
             if key not in known:
                 raise ConfigError(key, "unknown parameter; known parameters: "
                                   + ", ".join(known), value=raw)

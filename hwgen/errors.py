@@ -17,6 +17,10 @@ class ConfigError(HwgenError, ValueError):
     """
 
     def __init__(self, param, message, value=None):
+        param = str(param)
+        if not param or not param.isprintable():     # one line, never an empty name
+            param = repr(param)
+        message = " ".join(str(message).split("\n"))
         self.param = param
         self.value = value
         text = f"{param}={value!r}: {message}" if value is not None else f"{param}: {message}"

@@ -48,7 +48,7 @@ def test_list_parameters_of_one_accelerator():
     (["build", "pq-decoder", "--board", "u999", "--out", "OUT"], "board='u999': unknown board"),
     (["sim", "no-such-block"], "accelerator='no-such-block': unknown"),
     (["sim", "pq-decoder", "--stall", "1.5"], "stall=1.5: must be a probability"),
-    (["sim", "pq-decoder", "--items", "0"], "items=0: must be at least 1"),
+    (["sim", "pq-decoder", "--items", "0"], "items=0: must be an integer >= 1"),
     (["synth", "lut-builder", "--set", "dim=10", "--set", "m=4"], "m=4: must divide dim=10"),
 ])
 def test_errors_are_one_line_without_traceback(tmp_path, args, needle):

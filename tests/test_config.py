@@ -66,8 +66,15 @@ def test_pq_decoder_rejects(text, message):
 
 
 def test_set_parses_types():
-    cfg = registry.get("pq-decoder").make_config(["m=0x10", "forward_lut=false", "tag_bits=7"])
+    cfg = registry.get("pq-decoder").make_config(["m=016", "forward_lut=false", "tag_bits=7"])
     assert (cfg.m, cfg.forward_lut, cfg.tag_bits) == (16, False, 7)
+
+
+@pytest.mark.parametrize("text", ["0x10", "0o20", "0b10000", "1e1", "16.0", "1_6", "", "nan"])
+def test_set_integers_are_decimal_only(text):
+    """No notation is reinterpreted: ``08`` is 8 and ``0x10`` is refused, not read as 16."""
+    with pytest.raises(ConfigError, match=r"^m='.*': must be an integer in 1\.\.64"):
+        registry.get("pq-decoder").make_config([f"m={text}"])
 
 
 def test_lut_builder_cross_field_rules():

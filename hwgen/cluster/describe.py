@@ -42,11 +42,11 @@ builder leaves unassigned (their routing entries stay invalid).
 """
 
 import ipaddress
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checks import read_json
 from ..errors import ConfigError
 
 __all__ = ["Module", "Layer", "Connection", "LayerDescription", "FPGA", "Cluster",
@@ -142,9 +142,18 @@ def _need(obj, key, where, kind=None):
     value = obj[key]
     if kind is not None and not (isinstance(value, kind) and not isinstance(value, bool)
                                  or kind is bool and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ConfigError(f"{where}.{key}" if where else key, f"must be a {names}", value=value)
+        raise ConfigError(f"{where}.{key}" if where else key, f"must be {_kind_name(kind)}",
+                          value=value)
     return value
+
+
+_KIND_NAMES = {int: "an integer", str: "a string", list: "a list", dict: "an object",
+               bool: "true or false", float: "a number"}
+
+
+def _kind_name(kind):
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
 
 
 def _unknown_keys(obj, allowed, where):
@@ -163,13 +172,7 @@ def _name(value, where):
 
 
 def _load_json(path, what):
-    try:
-        return json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError(what, f"cannot read: {e.strerror}", value=str(path)) from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(what, f"not valid JSON ({e.msg} at line {e.lineno})",
-                          value=str(path)) from None
+    return read_json(path, what)
 
 
 # -- layer description ----------------------------------------------------------------------
@@ -253,7 +256,10 @@ def parse_layers(obj, where="layers"):
         return tuple(out)
 
     connections, names = [], set(seen)
-    for i, cobj in enumerate(obj.get("connections", [])):
+    conns = obj.get("connections", [])
+    if not isinstance(conns, list):
+        raise ConfigError(f"{pre}connections", "must be a list", value=conns)
+    for i, cobj in enumerate(conns):
         w = f"{pre}connections[{i}]"
         if not isinstance(cobj, dict):
             raise ConfigError(w, "must be an object")
@@ -305,7 +311,7 @@ def parse(obj, base_dir=None, path=None):
         raise ConfigError("description", "must be a JSON object")
     _unknown_keys(obj, ("name", "data_bits", "layers", "clusters", "comment"), "")
     data_bits = obj.get("data_bits", 64)
-    if data_bits not in (64, 512):
+    if type(data_bits) is not int or data_bits not in (64, 512):
         raise ConfigError("data_bits", "must be one of 64, 512", value=data_bits)
     base = Path(base_dir) if base_dir else Path(".")
     cache = {}
@@ -341,7 +347,11 @@ def parse(obj, base_dir=None, path=None):
             raise ConfigError(f"{w}.layers", "missing (no layer description for this cluster)")
         layers = layers_of(lval, f"{w}.layers")
         reserved = {}
-        for key, why in cobj.get("reserved_ids", {}).items():
+        reserved_obj = cobj.get("reserved_ids", {})
+        if not isinstance(reserved_obj, dict):
+            raise ConfigError(f"{w}.reserved_ids", "must be an object {\"<kernel id>\": "
+                              "\"why\"}", value=reserved_obj)
+        for key, why in reserved_obj.items():
             try:
                 kid = int(key)
             except ValueError:
@@ -384,6 +394,10 @@ def parse(obj, base_dir=None, path=None):
                 raise ConfigError(f"{fw}.ip", f"already used by {ips[ip]}", value=ip)
             ips[ip] = fw
             kernels = _need(fobj, "kernels", fw, list)
+            for k, ref in enumerate(kernels):
+                if not isinstance(ref, str):
+                    raise ConfigError(f"{fw}.kernels[{k}]", "must be a kernel name (a "
+                                      "string such as \"layer[0]\")", value=ref)
             if len(kernels) > MAX_KERNELS:
                 raise ConfigError(f"{fw}.kernels", f"an FPGA holds at most {MAX_KERNELS} "
                                   "kernels", value=len(kernels))

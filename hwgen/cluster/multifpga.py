@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import checks
 from . import describe as D
 from .golden import collective_stream
 from .packet import attach_header, from_beats, split_packets, strip_header, to_beats, Packet
@@ -301,9 +302,19 @@ def compare(expected, received):
     return out
 
 
+def check_options(*, latency_s, loss, seed, rounds, stall):
+    """Validate :func:`run`'s options (before any build)."""
+    checks.in_range("latency_ms", latency_s * 1000, 0, 60_000)
+    checks.probability("loss", loss)
+    checks.at_least("seed", seed, 0, checks.SEED_MAX)
+    checks.at_least("rounds", rounds, 1, 10_000)
+    checks.probability("stall", stall)
+
+
 def run(description, out_dir, *, latency_s=0.0, loss=0.0, seed=1, rounds=2, stall=0.3,
         log=None, echo=None):
     """Build, verilate, simulate and compare; returns a report dict."""
+    check_options(latency_s=latency_s, loss=loss, seed=seed, rounds=rounds, stall=stall)
     t0 = time.monotonic()
     desc, plans, runs = prepare(description, out_dir, log=log)
     t_build = time.monotonic() - t0

@@ -64,6 +64,7 @@ from amaranth.hdl import Cat, ClockDomain, Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import checks
 from ..lib.axi import (AXI4LiteControl, AXI4LiteSignature, AXI4Reader, AXI4Signature,
                        AXI4Writer, StreamDownsizer, StreamUpsizer)
 from .emit import drop_zero_memory_init
@@ -462,13 +463,17 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
     board_tag = board.name if board is not None else "noboard"
     opt_tag = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
     work = cache_dir() / f"{acc.name}-{cfg.digest()}-kernel-{board_tag}-{opt_tag}"
-    desc = emit_kernel(acc, cfg, board, work / "rtl", **options)
-    cached, _ = verilate(work / "rtl" / f"{name}.v", name, work / "build")
-
+    checks.probability("stall", stall)
+    checks.at_least("seed", seed, 0, checks.SEED_MAX)
+    items = checks.at_least("items", items if items is not None else acc.default_items, 1)
+    # stimulus and golden model first: bad data fails before the Verilator build
     model = acc.model
     rng = np.random.default_rng(seed)
-    stim = model.stimulus(cfg, items if items is not None else acc.default_items, rng)
+    stim = model.stimulus(cfg, items, rng)
     inputs, expected = model.inputs(cfg, stim), model.expect(cfg, stim)
+
+    desc = emit_kernel(acc, cfg, board, work / "rtl", **options)
+    cached, _ = verilate(work / "rtl" / f"{name}.v", name, work / "build")
     word_bytes = desc["axi_data_bits"] // 8
     base = base if base is not None else 0x3000 - 3 * word_bytes
     offsets = {a["name"]: a["offset"] for a in desc["args"]}
@@ -490,7 +495,7 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
            "masters": masters,
            "timeout_cycles": int((total_words + sum(mst["count"] for mst in masters)) * 4
                                  / (1 - stall) ** 2) + 50000}
-    result, _ = run_testbench("sim.kernel_tb", name, work / "build",
+    result, _ = run_testbench("hwgen.sim.kernel_tb", name, work / "build",
                               work / "runs" / f"seed{seed}-stall{stall:g}", job,
                               testcase="run_kernel_job", seed=seed)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import checks
 from ..errors import ConfigError, SimulationMismatch
 from .emit import emit_verilog
 from .ports import SIDEBANDS, StreamFormat
@@ -59,6 +60,54 @@ def build_sim(acc, config, *, waves=False, log=None):
     build_dir = work / ("build-waves" if waves else "build")
     cached, seconds = verilate(v_path, acc.top_name, build_dir, waves=waves, log=log)
     return SimBuild(build_dir, acc.top_name, ports, cached=cached, seconds=seconds)
+
+
+#: Items below this are never estimated (a trial would cost more than the run).
+_MEMORY_TRIAL_FROM = 20_000
+#: The testbench process holds the stimulus again, as packed frames.
+_TESTBENCH_FACTOR = 2
+
+
+def _available_bytes():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _trial_bytes(acc, config, n, options):
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        stim = acc.model.stimulus(config, n, np.random.default_rng(0), **(options or {}))
+        kept = (stim, acc.model.inputs(config, stim), acc.model.expect(config, stim))
+        return tracemalloc.get_traced_memory()[1], kept
+    finally:
+        tracemalloc.stop()
+
+
+def check_memory(acc, config, items, options=None, log=None):
+    """Refuse (or warn about) ``items`` whose stimulus, golden results and testbench copy would
+    not fit in memory. Two trials (200 and 1,000 items) are measured with tracemalloc; the
+    bytes per item are their difference over 800. Returns the projected bytes (0 when not
+    estimated: small runs, and the node, whose query count is bounded by its data)."""
+    if items < _MEMORY_TRIAL_FROM or getattr(acc.model, "options", None):
+        return 0
+    small, _ = _trial_bytes(acc, config, 200, options)
+    large, _ = _trial_bytes(acc, config, 1000, options)
+    projected = small + max(0, large - small) / 800 * items * _TESTBENCH_FACTOR
+    available = _available_bytes()
+    if available and projected > 0.8 * available:
+        raise ConfigError("items", f"would need about {projected / 2**30:.1f} GiB for the "
+                          f"stimulus, golden results and testbench ({available / 2**30:.1f} GiB "
+                          f"available); lower --items", value=items)
+    if projected > 2**30 and log:
+        log(f"warning: {items:,} items will use about {projected / 2**30:.1f} GiB of memory")
+    return projected
 
 
 def port_of_result(formats, model):
@@ -132,24 +181,25 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     under ``"outputs"`` (member name -> list of field dicts). Returns the result dictionary written by ``hwgen sim --json`` (see module
     docstring).
     """
-    if not 0.0 <= stall < 1.0:
-        raise ConfigError("stall", "must be a probability in 0..0.99", value=stall)
+    checks.probability("stall", stall)
     model = acc.model
     items = items if items is not None else acc.default_items
     accepted = set(inspect.signature(model.stimulus).parameters) - {"config", "items", "rng"}
     unknown = set(stimulus_options or {}) - accepted
     if unknown:
         raise ConfigError(sorted(unknown)[0], f"is not an option of {acc.name}")
-    if items < 1:
-        raise ConfigError("items", "must be at least 1", value=items)
-    build = build_sim(acc, config, waves=waves, log=log)
-    formats = build.stream_formats()
-
+    checks.at_least("items", items, 1)
+    checks.at_least("seed", seed, 0, checks.SEED_MAX)
+    if stimulus is None:
+        check_memory(acc, config, items, stimulus_options, log=log)
+    # stimulus and golden model first: bad data or options fail before the Verilator build
     rng = np.random.default_rng(seed)
     stim = stimulus if stimulus is not None else \
         model.stimulus(config, items, rng, **(stimulus_options or {}))
     inputs = model.inputs(config, stim)
     expected = model.expect(config, stim)
+    build = build_sim(acc, config, waves=waves, log=log)
+    formats = build.stream_formats()
 
     job_ports, in_beats, out_beats = [], 0, 0
     for member, (port, direction, fmt) in formats.items():

@@ -112,30 +112,43 @@ class RecModel:
 
     @classmethod
     def from_dict(cls, d):
+        if not isinstance(d, dict):
+            raise ConfigError("model", "must be a JSON object of model fields")
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(d) - known
         if unknown:
             raise ConfigError(sorted(unknown)[0], "unknown model field; known: "
                               + ", ".join(sorted(known)))
+        def is_int(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
         d = dict(d)
-        try:
-            d["tables"] = tuple(Table(int(r), int(dm)) for r, dm in d["tables"])
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError("tables", "must be a list of [rows, dim] pairs") from None
+        for key in ("name", "tables", "dense", "layers"):
+            if key not in d:
+                raise ConfigError(key, "missing from the model description")
+        tables = d["tables"]
+        if not isinstance(tables, (list, tuple)) or not all(
+                isinstance(t, (list, tuple)) and len(t) == 2 and all(map(is_int, t))
+                for t in tables):
+            raise ConfigError("tables", "must be a list of [rows, dim] integer pairs")
+        d["tables"] = tuple(Table(r, dm) for r, dm in tables)
         for key in ("layers", "act_bits", "shifts"):
             if key in d:
+                if not isinstance(d[key], (list, tuple)) or not all(map(is_int, d[key])):
+                    raise ConfigError(key, "must be a list of integers", value=d[key])
                 d[key] = tuple(d[key])
+        for key in ("dense", "weight_bits", "seed"):
+            if key in d and not is_int(d[key]):
+                raise ConfigError(key, "must be an integer", value=d[key])
+        for key in ("name", "note"):
+            if key in d and not isinstance(d[key], str):
+                raise ConfigError(key, "must be a string", value=d[key])
         return cls(**d)
 
     @classmethod
     def from_json(cls, path):
-        try:
-            with open(path) as f:
-                return cls.from_dict(json.load(f))
-        except OSError as e:
-            raise ConfigError("model", f"cannot read: {e.strerror}", value=str(path)) from None
-        except json.JSONDecodeError as e:
-            raise ConfigError("model", f"not valid JSON ({e.msg})", value=str(path)) from None
+        from ..checks import read_json
+        return cls.from_dict(read_json(path, "model"))
 
     def to_json(self, path):
         with open(path, "w") as f:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .. import checks
 from ..boards import load_board
 from ..errors import ConfigError
 from ..flow.simulate import simulate
@@ -73,12 +74,9 @@ class Network:
     clock_mhz: float = 135.0
 
     def __post_init__(self):
-        if self.latency_ns < 0:
-            raise ConfigError("latency_ns", "must be >= 0", value=self.latency_ns)
-        if self.gbps <= 0:
-            raise ConfigError("gbps", "must be > 0", value=self.gbps)
-        if self.clock_mhz <= 0:
-            raise ConfigError("clock_mhz", "must be > 0", value=self.clock_mhz)
+        checks.in_range("latency_ns", self.latency_ns, 0, 1e9)
+        checks.positive("gbps", self.gbps)
+        checks.positive("clock_mhz", self.clock_mhz)
 
     def serialise_ns(self, nbytes):
         return nbytes * 8 / self.gbps
@@ -175,7 +173,7 @@ class _NodeAccelerator:
     """What :func:`hwgen.flow.simulate.simulate` needs of an accelerator, for one node run."""
     name = "recsys-node"
     top_name = "recsys_node"
-    testbench = "sim.stream_tb"
+    testbench = "hwgen.sim.stream_tb"
     default_items = 1
 
     def __init__(self, result_port, latency_from):
@@ -213,10 +211,9 @@ def _run(config, stim, items, *, result, source, seed, stall, log):
 def simulate_cluster(plan, *, items=40, seed=1, stall=0.0, network=None, log=None):
     """Simulate ``plan`` (a :class:`ClusterPlan`) end to end on ``items`` inferences; returns
     the report (see module docstring)."""
-    if items < 1:
-        raise ConfigError("items", "must be at least 1", value=items)
-    if not 0.0 <= stall < 1.0:
-        raise ConfigError("stall", "must be a probability in 0..0.99", value=stall)
+    checks.at_least("items", items, 1)
+    checks.probability("stall", stall)
+    checks.at_least("seed", seed, 0, checks.SEED_MAX)
     network = network or Network()
     model, configs = plan.model, plan.configs
     last = len(model.layers) - 1

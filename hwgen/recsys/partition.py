@@ -22,6 +22,7 @@ split is infeasible.
 import math
 from dataclasses import asdict, dataclass, field
 
+from .. import checks
 from ..errors import ConfigError
 
 __all__ = ["Slice", "NodePlan", "Partition", "partition", "pe_allocation"]
@@ -69,6 +70,8 @@ class Partition:
     unit: int
     ratios: list
     problems: list = field(default_factory=list)
+    blame: str = None
+    placement: object = None
 
     @property
     def feasible(self):
@@ -103,14 +106,28 @@ def _bram18(bits):
 
 def partition(model, board, nodes, *, dsp_per_pe=PAPER_DSP_PER_PE,
               output_dsp=PAPER_OUTPUT_DSP, link_gbps=100.0, inferences_per_s=None,
-              onchip_table_bytes=0):
+              placement=None):
     """Partition ``model`` over ``nodes`` boards (see module docstring).
 
     ``inferences_per_s``: the throughput the network check assumes (default: none, the check
-    reports bytes per inference and the largest rate the links allow).
+    reports bytes per inference and the largest rate the links allow). ``placement``: the
+    embedding tables' :class:`~hwgen.recsys.placement.Placement` on node 1's board (default:
+    :func:`~hwgen.recsys.placement.place` with its defaults), whose failure to fit is raised
+    as a :class:`ConfigError` naming the tables; the on-chip tables count against node 1's
+    on-chip memory beside its weights.
+
+    Problems are returned in ``Partition.problems``; ``Partition.blame`` names the option to
+    change: ``nodes`` for DSP or memory, ``rate`` when only the links are too slow.
     """
-    if nodes < 1:
-        raise ConfigError("nodes", "must be at least 1", value=nodes)
+    from .placement import onchip_capacity, place
+    checks.at_least("nodes", nodes, 1)
+    checks.at_least("dsp_per_pe", dsp_per_pe, 1)
+    checks.at_least("output_dsp", output_dsp, 0)
+    checks.positive("link_gbps", link_gbps)
+    if inferences_per_s is not None:
+        checks.positive("rate", inferences_per_s)
+    tables = placement if placement is not None else place(model, board)
+    onchip_table_bytes = tables.onchip_bytes
     dsp_board = board.resources["dsp"]
     layer_pes, unit, ratios = pe_allocation(model, nodes * dsp_board, dsp_per_pe, output_dsp)
     total = sum(layer_pes)
@@ -161,7 +178,7 @@ def partition(model, board, nodes, *, dsp_per_pe=PAPER_DSP_PER_PE,
                 link[n] += rows_on(layer - 1, n) * act_bytes[layer]
     result_bytes = 4 if nodes > 1 else 0             # the final result back to node 1
 
-    problems, plans = [], []
+    problems, network, plans = [], [], []
     bram_board = 2 * board.resources["bram36"]
     for n in range(nodes):
         dsp = sum(s.pes for s in per_node[n]) * dsp_per_pe
@@ -172,8 +189,6 @@ def partition(model, board, nodes, *, dsp_per_pe=PAPER_DSP_PER_PE,
             fan_in, fan_out = shapes[s.layer]
             rows = math.ceil(fan_out * s.pes / layer_pes[s.layer])
             weight_bits += rows * fan_in * model.weight_bits + rows * 32
-        if n == 0:
-            weight_bits += onchip_table_bytes * 8
         bram = _bram18(weight_bits)
         recv = (link[n - 1] if n > 0 else 0) + (result_bytes if n == 0 else 0)
         send = (link[n] if n < nodes - 1 else 0) + (result_bytes if n == nodes - 1 else 0)
@@ -184,11 +199,17 @@ def partition(model, board, nodes, *, dsp_per_pe=PAPER_DSP_PER_PE,
         if dsp > dsp_board:
             problems.append(f"node {n + 1}: DSP {dsp} > {dsp_board} available on {board.name}")
         if bram > bram_board:
-            problems.append(f"node {n + 1}: BRAM {bram} BRAM18 for weights and tables > "
-                            f"{bram_board} on {board.name}")
+            problems.append(f"node {n + 1}: BRAM {bram} BRAM18 for weights > {bram_board} on "
+                            f"{board.name}")
+        if n == 0 and weight_bits // 8 + onchip_table_bytes > onchip_capacity(board):
+            problems.append(f"node 1: weights ({weight_bits // 8:,} B) and on-chip embedding "
+                            f"tables ({onchip_table_bytes:,} B) exceed the "
+                            f"{onchip_capacity(board):,} B of BRAM and URAM on {board.name}")
         if inferences_per_s:
             gbps = max(recv, send) * 8 * inferences_per_s / 1e9
             if gbps > link_gbps:
-                problems.append(f"node {n + 1}: network {gbps:.1f} Gb/s > {link_gbps:g} Gb/s "
-                                f"link at {inferences_per_s:.0f} inferences/s")
-    return Partition(model.name, board.name, plans, layer_pes, unit, ratios, problems)
+                network.append(f"node {n + 1}: network {gbps:.1f} Gb/s > {link_gbps:g} Gb/s "
+                               f"link at {inferences_per_s:.0f} inferences/s")
+    blame = "nodes" if problems else "rate" if network else None
+    return Partition(model.name, board.name, plans, layer_pes, unit, ratios,
+                     problems + network, blame, tables)

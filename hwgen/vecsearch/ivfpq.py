@@ -99,10 +99,11 @@ def train_integer_ivfpq(data, *, nlist, m, elem_bits=8, seed=1234, train_size=No
                           value=elem_bits)
     if dim % m:
         raise ConfigError("m", f"must divide the dimension {dim}", value=m)
+    if n < KSUB:     # checked before nlist: no nlist helps a base this small
+        raise ConfigError("base", f"holds {n} vectors; 8-bit product quantisation trains "
+                          f"{KSUB} centroids per sub-space and needs at least {KSUB}")
     if nlist < 1 or nlist > n:
         raise ConfigError("nlist", f"must be in 1..{n} (number of vectors)", value=nlist)
-    if n < KSUB:
-        raise ConfigError("base", f"needs at least {KSUB} vectors to train 8-bit PQ", value=n)
     xb = data.astype(np.float32)
     quantizer = faiss.IndexFlatL2(dim)
     index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, 8)

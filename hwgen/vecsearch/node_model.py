@@ -8,6 +8,7 @@ of codes to PQ units, the tags that break distance ties, and the approximate K-s
 """
 
 import hashlib
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,17 +57,30 @@ def node_data(config, shard, queries, probes, name="shard"):
 
 
 def load_vectors(path, what):
-    """A 2-D float array from an ``.npy`` file, with errors naming the option."""
+    """A 2-D float32 array of at least one non-empty row from an ``.npy`` file (real or integer
+    values; no pickled objects), with errors naming the option."""
     try:
-        x = np.load(path)
-    except (OSError, ValueError) as e:
-        raise ConfigError(what, f"cannot read as .npy: {e}", value=str(path)) from None
-    if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
-        raise ConfigError(what, f"must hold a 2-D numeric array, got shape {x.shape}",
+        x = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).split("\n")[0]
+        raise ConfigError(what, f"cannot read as .npy: {reason}", value=str(path)) from None
+    if not isinstance(x, np.ndarray):
+        raise ConfigError(what, "holds several arrays (.npz); give one .npy array",
                           value=str(path))
+    if x.dtype.kind not in "iuf":
+        raise ConfigError(what, f"must hold real numbers (integer or float), not {x.dtype}",
+                          value=str(path))
+    if x.ndim != 2:
+        raise ConfigError(what, f"must be a 2-D array (vectors x dimensions), got shape "
+                          f"{x.shape}", value=str(path))
+    if 0 in x.shape:
+        raise ConfigError(what, f"is empty (shape {x.shape})", value=str(path))
+    with np.errstate(over="ignore"):
+        x = x.astype(np.float32)
     if not np.all(np.isfinite(x)):
-        raise ConfigError(what, "holds NaN or infinite values", value=str(path))
-    return x.astype(np.float32)
+        raise ConfigError(what, "holds NaN or infinite values (or values beyond float32)",
+                          value=str(path))
+    return x
 
 
 def prepare(config, *, base=None, queries=None, nprobe=None, count=20, rng=None, seed=1234):
@@ -79,6 +93,9 @@ def prepare(config, *, base=None, queries=None, nprobe=None, count=20, rng=None,
     """
     from ..datasets import digits
     c = config
+    if base is None and queries is not None:
+        raise ConfigError("queries", "needs --base (the default digits data set brings its "
+                          "own queries)")
     if base is None:
         x, _ = digits()
         base_i, pool, scale, name = x[:-QUERY_POOL], x[-QUERY_POOL:], 1.0, "digits"
@@ -97,11 +114,15 @@ def prepare(config, *, base=None, queries=None, nprobe=None, count=20, rng=None,
     if base_i.shape[1] != c.dim:
         raise ConfigError("dim", f"must equal the data's dimension {base_i.shape[1]}",
                           value=c.dim)
-    nprobe = nprobe or c.nprobe_max
+    nprobe = c.nprobe_max if nprobe is None else nprobe
     if not 1 <= nprobe <= min(c.nprobe_max, c.nlist):
         raise ConfigError("nprobe", f"must be in 1..{min(c.nprobe_max, c.nlist)}", value=nprobe)
+    if not 1 <= count <= len(pool):
+        raise ConfigError("items", f"queries to run (--items / --queries-count) must be in "
+                          f"1..{len(pool)}: the query set of the {name} holds {len(pool)} "
+                          "vectors", value=count)
     rng = rng if rng is not None else np.random.default_rng(seed)
-    pick = np.sort(rng.choice(len(pool), size=min(count, len(pool)), replace=False))
+    pick = np.sort(rng.choice(len(pool), size=count, replace=False))
     queries_i = pool[pick]
     index = train_integer_ivfpq(base_i, nlist=c.nlist, m=c.m, elem_bits=c.elem_bits, seed=seed)
     longest = max(len(ids) for ids in index.list_ids)
@@ -117,19 +138,20 @@ def prepare(config, *, base=None, queries=None, nprobe=None, count=20, rng=None,
     return NodeData(base_i, queries_i, index, layout, placed, probes, scale, name)
 
 
-def _tag(config, channel, probe, word, lane):
-    value, shift = 0, 0
+def _tag_shifts(config):
+    """Bit offset of each tag field (lane, word, probe, channel)."""
+    shifts, shift = {}, 0
     for name, bits in config.tag_fields:
-        value |= {"lane": lane, "word": word, "probe": probe, "channel": channel}[name] << shift
+        shifts[name] = shift
         shift += bits
-    return value
+    return shifts
 
 
 def node_search(config, data, query, probes):
     """The node's result for one query: ``(distances, ids, tags)``, ascending by
     (distance, tag), exactly as the hardware computes it."""
     c = config
-    cpw = c.codes_per_word
+    cpw, sh = c.codes_per_word, _tag_shifts(c)
     streams = [([], []) for _ in range(c.units)]
     where = {}
     for p, lst in enumerate(probes):
@@ -137,15 +159,22 @@ def node_search(config, data, query, probes):
                                c.lut_shift, c.lut_bits)
         for ch in range(c.n_channels):
             codes, ids = data.placed[lst][ch]
-            dists = golden.pq_distances(codes, lut) if len(codes) else np.zeros(0, np.int64)
-            for i, (d, vid) in enumerate(zip(dists.tolist(), ids.tolist())):
-                tag = _tag(c, ch, p, i // cpw, i % cpw)
-                streams[ch * cpw + i % cpw][0].append(d)
-                streams[ch * cpw + i % cpw][1].append(tag)
-                where[tag] = vid
+            if not len(codes):
+                continue
+            dists = golden.pq_distances(codes, lut)
+            i = np.arange(len(codes), dtype=np.int64)
+            lane = i % cpw
+            tags = (lane << sh["lane"]) | ((i // cpw) << sh["word"]) | (p << sh["probe"]) \
+                | (ch << sh["channel"])
+            for ln in range(min(cpw, len(codes))):      # stream order: scan order per lane
+                streams[ch * cpw + ln][0].append(dists[ln::cpw])
+                streams[ch * cpw + ln][1].append(tags[ln::cpw])
+            where.update(zip(tags.tolist(), np.asarray(ids).tolist()))
     ks = c.kselect_config()
-    d, t = golden.hier_topk([(np.array(a, np.int64), np.array(b, np.int64)) for a, b in streams],
-                            c.k, ks.l1, ks.queues_per_stream)
+    empty = np.zeros(0, np.int64)
+    d, t = golden.hier_topk([(np.concatenate(a).astype(np.int64) if a else empty,
+                              np.concatenate(b).astype(np.int64) if b else empty)
+                             for a, b in streams], c.k, ks.l1, ks.queues_per_stream)
     return d, np.array([where[x] for x in t.tolist()], dtype=np.int64), t
 
 

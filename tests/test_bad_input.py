@@ -1,0 +1,161 @@
+"""Every bad input a user reported (issue "Bad input never reaches the user as a traceback")
+kept as a regression test: one line on stderr naming the parameter or file, a non-zero exit,
+no traceback, and nothing long-running (no Verilator build) before the refusal.
+
+The node server's probes are in ``tests/test_node_server.py``; generated inputs are fuzzed in
+``tests/test_fuzz_inputs.py``.
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hwgen.cli import main
+from hwgen.cluster import describe
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    rng = np.random.default_rng(0)
+    (d / "binary.json").write_bytes(bytes(range(256)) * 4)
+    (d / "a_file").write_text("x")
+    np.save(d / "empty.npy", np.zeros((0, 64), np.float32))
+    np.save(d / "ten.npy", rng.random((10, 64), dtype=np.float32))
+    np.save(d / "base.npy", rng.random((400, 64), dtype=np.float32))
+    np.save(d / "bool.npy", np.ones((300, 64), bool))
+    np.save(d / "q5.npy", rng.random((5, 64), dtype=np.float32))
+    np.save(d / "q0.npy", np.zeros((0, 64), np.float32))
+    desc = json.loads((describe.DESCRIPTIONS_DIR / "ibert_encoder.json").read_text())
+    desc["layers"] = json.loads((describe.DESCRIPTIONS_DIR / desc["layers"]).read_text())
+
+    def variant(name, change):
+        doc = json.loads(json.dumps(desc))
+        change(doc)
+        (d / name).write_text(json.dumps(doc))
+
+    variant("reserved_list.json", lambda x: x["clusters"][0].__setitem__("reserved_ids", [33]))
+    variant("kernel_list.json",
+            lambda x: x["clusters"][0]["fpgas"][0]["kernels"].__setitem__(0, ["q[0]"]))
+    variant("data_bits_float.json", lambda x: x.__setitem__("data_bits", 64.0))
+    return d
+
+
+def cli(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, result.stderr, result.output
+
+
+# (arguments, text the one-line error must contain); F/ is the fixture folder.
+PROBES = [
+    # tracebacks before
+    (["build", "pq-decoder", "--out", "/proc/hwgen-x"], "out='/proc/hwgen-x': cannot create"),
+    (["build", "pq-decoder", "--out", "/sys/hwgen-x"], "out='/sys/hwgen-x': cannot create"),
+    (["build", "pq-decoder", "--out", "F/a_file"], "is a file"),
+    (["build", "pq-decoder", "--config", "F/binary.json", "--out", "F/o"], "is not UTF-8"),
+    (["sim", "pq-decoder", "--seed", "-1"], "seed=-1: must be an integer in 0..4294967295"),
+    (["sim", "pq-decoder", "--json", "/proc/hwgen-x/y.json"], "json='/proc/hwgen-x/y.json'"),
+    (["sim", "chamvs-node", "--base", "F/empty.npy", "--queries", "F/q5.npy"],
+     "base='F/empty.npy': is empty"),
+    (["partition", "--preset", "paper-ctr", "--dsp-per-pe", "0"], "dsp_per_pe=0: must be"),
+    (["partition", "--preset", "paper-ctr", "--out", "/proc/hwgen-x"], "out='/proc/hwgen-x'"),
+    (["cluster", "build", "F/binary.json", "--out", "F/o"], "description='F/binary.json'"),
+    (["cluster", "build", "F/reserved_list.json", "--out", "F/o"],
+     "clusters[0].reserved_ids=[33]: must be an object"),
+    (["cluster", "build", "F/kernel_list.json", "--out", "F/o"],
+     "clusters[0].fpgas[0].kernels[0]=['q[0]']: must be a kernel name"),
+    (["cluster", "build", "F/data_bits_float.json", "--out", "F/o"],
+     "data_bits=64.0: must be one of 64, 512"),
+    # wrong answers before
+    (["partition", "--preset", "paper-ctr", "--board", "u55c", "--nodes", "1"],
+     "tables: tables 88 (519 MiB)"),
+    (["partition", "--preset", "paper-ctr", "--board", "sidewinder", "--nodes", "1"],
+     "tables: 14.1 GiB of tables off chip do not fit sidewinder"),
+    (["partition", "--preset", "paper-ctr", "--link-gbps", "0"], "link_gbps=0.0: must be a "
+     "positive number"),
+    (["partition", "--preset", "paper-ctr", "--rate", "1e12"], "rate=1000000000000.0: "
+     "infeasible: node 1: network"),
+    # silent defaults before
+    (["sim", "chamvs-node", "--queries", "F/q5.npy"], "queries: needs --base"),
+    (["sim", "chamvs-node", "--nprobe", "0"], "nprobe=0: must be an integer >= 1"),
+    (["sim", "chamvs-node", "--base", "F/base.npy", "--queries", "F/q0.npy"],
+     "queries='F/q0.npy': is empty"),
+    (["sim", "chamvs-node", "--base", "F/base.npy", "--queries", "F/q5.npy",
+      "--queries-count", "50"], "items=50: queries to run (--items / --queries-count) must be "
+     "in 1..5"),
+    (["build", "pq-decoder", "--config", "/dev/zero", "--out", "F/o"],
+     "config='/dev/zero': is not a regular file"),
+    (["sim", "ibert-linear", "--items", "50000000"], "items=50000000: would need about"),
+    # late checks before: refused before any build
+    (["cluster", "sim", "ibert_encoder", "--out", "F/o", "--loss", "1.5"],
+     "loss=1.5: must be a probability in 0..0.99"),
+    (["cluster", "sim", "ibert_encoder", "--out", "F/o", "--stall", "-0.1"], "stall=-0.1"),
+    (["recsys-cluster-sim", "--stall", "1"], "stall=1.0: must be a probability"),
+    # misleading messages before
+    (["sim", "chamvs-node", "--base", "F/ten.npy", "--queries", "F/q5.npy", "--items", "5"],
+     "base: holds 10 vectors; 8-bit product quantisation trains 256 centroids"),
+    (["sim", "chamvs-node", "--base", "F/bool.npy", "--queries", "F/q5.npy"],
+     "must hold real numbers (integer or float), not bool"),
+    (["build", "pq-decoder", "--set", "m=0x10", "--out", "F/o"],
+     "m='0x10': must be an integer in 1..64, written in decimal"),
+    # click's own usage errors are one line too
+    (["sim", "pq-decoder", "--stal", "0.1"], "No such option '--stal'"),
+    (["sim", "pq-decoder", "--items", "ten"], "'ten' is not a valid integer"),
+]
+
+
+@pytest.mark.parametrize("args, needle", PROBES, ids=[" ".join(p[0])[:60] for p in PROBES])
+def test_probe_gives_one_clean_line(files, args, needle):
+    args = [a.replace("F/", f"{files}/") for a in args]
+    start = time.monotonic()
+    code, err, _ = cli(*args)
+    assert code == 2, err
+    assert err.startswith("hwgen: error: ") and err.strip().count("\n") == 0, err
+    assert needle.replace("F/", f"{files}/") in err, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert time.monotonic() - start < 30, "refused only after a long computation"
+
+
+def test_leading_zeros_are_decimal(files):
+    code, err, out = cli("build", "pq-decoder", "--set", "m=08", "--out", files / "m08")
+    assert code == 0, err
+    assert json.loads((files / "m08" / "report.json").read_text())["config"]["m"] == 8
+
+
+def test_partition_writes_nothing_when_infeasible(files):
+    out = files / "infeasible"
+    code, err, _ = cli("partition", "--preset", "paper-ctr", "--rate", "1e12", "--out", out)
+    assert code == 2 and not list(out.glob("*.json"))
+    code, err, stdout = cli("partition", "--preset", "paper-ctr", "--out", out)
+    assert code == 0, err
+    assert len(list(out.glob("node*.json"))) == 4
+    assert "embedding tables on node 1: 54 on chip" in stdout
+
+
+def test_internal_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch):
+    import hwgen.registry
+    from hwgen import cli as cli_module
+    monkeypatch.setitem(cli_module._DEBUG, "on", False)     # restored after --debug
+
+    def broken(name):
+        raise ZeroDivisionError("division by zero")
+    monkeypatch.setattr(hwgen.registry, "get", broken)
+    code, err, _ = cli("sim", "pq-decoder")
+    assert code == 3 and err.count("\n") == 1
+    assert "internal error, a bug in hwgen (ZeroDivisionError: division by zero)" in err
+    result = CliRunner().invoke(main, ["--debug", "sim", "pq-decoder"])
+    assert isinstance(result.exception, ZeroDivisionError)
+
+
+def test_real_entry_point_one_line(files):
+    """What a user's shell sees (the installed console script's code path)."""
+    proc = subprocess.run([sys.executable, "-m", "hwgen.cli", "build", "pq-decoder",
+                           "--config", str(files / "binary.json"), "--out", str(files / "o")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "is not UTF-8" in proc.stderr
