@@ -29,6 +29,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .ports import SIDEBANDS, StreamFormat
+from .tools import write_atomic
 
 __all__ = ["AXISTop", "emit_verilog", "stream_port_name", "drop_zero_memory_init"]
 
@@ -174,7 +175,7 @@ def emit_verilog(core, name, out_dir):
     top = AXISTop(core)
     text = drop_zero_memory_init(verilog.convert(top, name=name, emit_src=False))
     v_path = out_dir / f"{name}.v"
-    v_path.write_text(text)
+    write_atomic(v_path, text)        # other processes may be reading the cached copy
     ports = {"top": name, **top.ports_description()}
-    (out_dir / "ports.json").write_text(json.dumps(ports, indent=2) + "\n")
+    write_atomic(out_dir / "ports.json", json.dumps(ports, indent=2) + "\n")
     return v_path, ports

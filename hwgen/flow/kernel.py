@@ -69,6 +69,7 @@ from ..lib.axi import (AXI4LiteControl, AXI4LiteSignature, AXI4Reader, AXI4Signa
                        AXI4Writer, StreamDownsizer, StreamUpsizer)
 from .emit import drop_zero_memory_init
 from .ports import StreamFormat
+from .simulate import run_name
 from .tools import cache_dir
 from .verilator import run_testbench, verilate
 
@@ -496,7 +497,7 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
            "timeout_cycles": int((total_words + sum(mst["count"] for mst in masters)) * 4
                                  / (1 - stall) ** 2) + 50000}
     result, _ = run_testbench("hwgen.sim.kernel_tb", name, work / "build",
-                              work / "runs" / f"seed{seed}-stall{stall:g}", job,
+                              work / "runs" / run_name(job, seed, stall, items), job,
                               testcase="run_kernel_job", seed=seed)
 
     mismatches, bad, overwrites, examples = 0, 0, 0, []

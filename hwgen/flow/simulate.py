@@ -22,6 +22,7 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
     stream without TLAST).
 """
 
+import hashlib
 import inspect
 import json
 from pathlib import Path
@@ -110,6 +111,13 @@ def check_memory(acc, config, items, options=None, log=None):
     return projected
 
 
+def run_name(job, seed, stall, items):
+    """A run folder's name: readable facts plus a digest of the whole job (stimulus, memory
+    images, timeouts), so that runs differing in anything never share a folder."""
+    digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:12]
+    return f"seed{seed}-stall{stall:g}-n{items}-{digest}"
+
+
 def port_of_result(formats, model):
     """The AXI-Stream port prefix of the model's result stream."""
     return formats[model.result_port][0]
@@ -172,7 +180,8 @@ def _compare(expected, received, fmt):
 
 
 def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progress=False,
-             log=None, stimulus_options=None, stimulus=None, keep_outputs=False):
+             log=None, stimulus_options=None, stimulus=None, keep_outputs=False,
+             engine="cocotb"):
     """Run the cocotb testbench of ``acc`` at ``config`` and compare with the golden model.
 
     ``stimulus_options`` are passed to the model's ``stimulus`` (tests use them to shape
@@ -181,7 +190,14 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     under ``"outputs"`` (member name -> list of field dicts). Returns the result dictionary written by ``hwgen sim --json`` (see module
     docstring).
     """
+    from .native import ENGINES, build_native, check_native, run_native
     checks.probability("stall", stall)
+    if engine not in ENGINES:
+        raise ConfigError("engine", "must be one of " + ", ".join(ENGINES), value=engine)
+    if engine == "native":
+        check_native(acc)
+        if waves:
+            raise ConfigError("waves", "needs --engine cocotb (the native engine dumps none)")
     model = acc.model
     items = items if items is not None else acc.default_items
     accepted = set(inspect.signature(model.stimulus).parameters) - {"config", "items", "rng"}
@@ -198,7 +214,8 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         model.stimulus(config, items, rng, **(stimulus_options or {}))
     inputs = model.inputs(config, stim)
     expected = model.expect(config, stim)
-    build = build_sim(acc, config, waves=waves, log=log)
+    build = build_native(acc, config, log=log) if engine == "native" else \
+        build_sim(acc, config, waves=waves, log=log)
     formats = build.stream_formats()
 
     job_ports, in_beats, out_beats = [], 0, 0
@@ -216,7 +233,6 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     bound = model.cycles_bound(config, stim) if hasattr(model, "cycles_bound") else 0
     timeout = int((in_beats + out_beats + bound) * 3 / (1.0 - stall) ** 2) + 20000
 
-    run_dir = build.directory.parent / "runs" / f"seed{seed}-stall{stall:g}-n{items}"
     job = {"seed": seed, "stall": stall, "timeout_cycles": timeout, "ports": job_ports}
     if hasattr(model, "memories"):
         job["memories"] = [{"prefix": prefix, "image": image.hex(),
@@ -225,9 +241,15 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     if hasattr(model, "sample_signals"):
         job["sample"] = {"port": port_of_result(formats, model), "signals":
                          list(model.sample_signals)}
-    result, sim_seconds = run_testbench(
-        acc.testbench, build.top, build.directory, run_dir, job, seed=seed, waves=waves,
-        progress_label=f"simulating {acc.name}" if progress else None)
+    run_dir = build.directory.parent / "runs" / \
+        (("native-" if engine == "native" else "") + run_name(job, seed, stall, items))
+    label = f"simulating {acc.name}" if progress else None
+    if engine == "native":
+        result, sim_seconds = run_native(build, job, run_dir, progress_label=label)
+    else:
+        result, sim_seconds = run_testbench(
+            acc.testbench, build.top, build.directory, run_dir, job, seed=seed, waves=waves,
+            progress_label=label)
 
     mismatches, by_port, examples, received = 0, {}, [], {}
     for member, (port, direction, fmt) in formats.items():
@@ -273,6 +295,11 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         "build_cached": build.cached,
         "build_seconds": round(build.seconds, 2),
         "sim_seconds": round(sim_seconds, 2),
+        "engine": engine,
+        "cycles_run": result.get("cycles_run"),
+        "cycles_per_second": round(result["cycles_run"] / max(
+            result.get("native_seconds", sim_seconds), 1e-9)) if result.get("cycles_run")
+        else None,
         "run_dir": str(run_dir),
     }
     if hasattr(model, "report"):

