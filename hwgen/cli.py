@@ -212,6 +212,9 @@ def build(name, sets, config_file, board, out_dir, synth):
 @click.option("--stall", type=float, default=0.0, show_default=True,
               help="Probability per cycle of an input gap and, independently, of output "
                    "backpressure (and of pauses on AXI memory channels).")
+@click.option("--engine", type=click.Choice(["cocotb", "native"]), default="cocotb",
+              show_default=True, help="cocotb: Python testbench (every model); native: a "
+              "generated C++ testbench, 100x faster, for stream tops without AXI memories.")
 @click.option("--waves", is_flag=True, help="Dump a VCD waveform (dump.vcd in the run dir).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Write the result as JSON.")
@@ -228,7 +231,7 @@ def build(name, sets, config_file, board, out_dir, synth):
               "30% malformed or to unknown destinations; prints the dropped/delivered "
               "counters sampled from the simulation beside the golden model's.")
 @reports_errors
-def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, queries,
+def sim(name, sets, config_file, items, seed, stall, engine, waves, json_path, base, queries,
         queries_count, nprobe, nlist, k, m, fuzz):
     """Simulate the Verilog on Verilator and compare with the golden model."""
     from .flow.simulate import check, simulate
@@ -265,7 +268,8 @@ def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, que
             raise ConfigError("fuzz", "must be at least 1 packet", value=fuzz)
         options["fuzz"] = fuzz
     result = simulate(acc, cfg, items=items, seed=seed, stall=stall, waves=waves,
-                      progress=sys.stderr.isatty(), log=_log, stimulus_options=options)
+                      progress=sys.stderr.isatty(), log=_log, stimulus_options=options,
+                      engine=engine)
     if json_path:
         _write_json(json_path, result)
     click.echo(f"{acc.name}: {result['results']} results from {result['items']} items, "
@@ -274,7 +278,8 @@ def sim(name, sets, config_file, items, seed, stall, waves, json_path, base, que
                f"latency {result['latency_cycles']} cycles"
                + (f", {result['input_items_per_cycle']:.4f} input items/cycle within frames"
                   if result["input_items_per_cycle"] is not None else "")
-               + f" (stall {stall:g}, seed {seed})")
+               + f" (stall {stall:g}, seed {seed}; {engine} engine, "
+               f"{result['cycles_per_second'] or 0:,} simulated cycles/s)")
     if result.get("status_expected") is not None:
         from .cluster.traffic import echo_status
         echo_status(result, click.echo)
@@ -404,6 +409,22 @@ def bench_timing(seeds, names, json_path):
     if json_path:
         checks.output_file("json", json_path)
     run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log)
+
+
+@bench.command("sim")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the rows as JSON.")
+@reports_errors
+def bench_sim_cmd(seed, json_path):
+    """Simulated cycles per second: cocotb vs native engine, side by side."""
+    from .flow.sim_bench import bench_sim
+    _seed(seed)
+    if json_path:
+        checks.output_file("json", json_path)
+    rows = bench_sim(click.echo, seed=seed, log=_log)
+    if json_path:
+        _write_json(json_path, rows)
 
 
 @bench.command("pq-decoder")
