@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["MAX_JSON_BYTES", "probability", "positive", "at_least", "in_range", "read_json",
+__all__ = ["MAX_JSON_BYTES", "probability", "positive", "at_least", "in_range", "read_text",
+           "read_json",
            "output_dir", "output_file", "SEED_MAX"]
 
 #: Largest JSON input file (configurations, descriptions, models) read.
@@ -64,11 +65,11 @@ def in_range(name, value, lo, hi):
     return value
 
 
-def read_json(path, name, limit=MAX_JSON_BYTES):
-    """The JSON document in the regular file ``path``; ``name`` is the option it came from.
+def read_text(path, name, limit=MAX_JSON_BYTES):
+    """The UTF-8 text of the regular file ``path``; ``name`` is the option it came from.
 
     Refuses devices, FIFOs and directories (``/dev/zero`` would be read forever), files over
-    ``limit`` bytes, text that is not UTF-8 and JSON nested too deeply for Python's parser.
+    ``limit`` bytes and text that is not UTF-8.
     """
     p = Path(path)
     try:
@@ -78,18 +79,26 @@ def read_json(path, name, limit=MAX_JSON_BYTES):
     if not stat.S_ISREG(st.st_mode):
         raise ConfigError(name, "is not a regular file", value=str(path))
     if st.st_size > limit:
-        raise ConfigError(name, f"is {st.st_size:,} bytes; JSON inputs are limited to "
-                          f"{limit:,}", value=str(path))
+        raise ConfigError(name, f"is {st.st_size:,} bytes; inputs are limited to {limit:,}",
+                          value=str(path))
     try:
         with open(p, "rb") as f:
             raw = f.read(limit + 1)
     except OSError as e:
         raise ConfigError(name, f"cannot read: {e.strerror}", value=str(path)) from None
     try:
-        return json.loads(raw.decode("utf-8"))
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(name, f"is not UTF-8 text (byte {e.start}): not a JSON file",
+        raise ConfigError(name, f"is not UTF-8 text (byte {e.start})",
                           value=str(path)) from None
+
+
+def read_json(path, name, limit=MAX_JSON_BYTES):
+    """The JSON document in the regular file ``path`` (see :func:`read_text`); JSON nested
+    too deeply for Python's parser is refused too."""
+    text = read_text(path, name, limit)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(name, f"not valid JSON ({e.msg} at line {e.lineno})",
                           value=str(path)) from None

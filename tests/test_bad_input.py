@@ -31,6 +31,7 @@ def files(tmp_path_factory):
     np.save(d / "bool.npy", np.ones((300, 64), bool))
     np.save(d / "q5.npy", rng.random((5, 64), dtype=np.float32))
     np.save(d / "q0.npy", np.zeros((0, 64), np.float32))
+    np.save(d / "int.npy", rng.integers(-100, 100, size=(400, 64)))
     desc = json.loads((describe.DESCRIPTIONS_DIR / "ibert_encoder.json").read_text())
     desc["layers"] = json.loads((describe.DESCRIPTIONS_DIR / desc["layers"]).read_text())
 
@@ -96,6 +97,8 @@ PROBES = [
      "loss=1.5: must be a probability in 0..0.99"),
     (["cluster", "sim", "ibert_encoder", "--out", "F/o", "--stall", "-0.1"], "stall=-0.1"),
     (["recsys-cluster-sim", "--stall", "1"], "stall=1.0: must be a probability"),
+    (["sim", "chamvs-node", "--base", "F/int.npy", "--queries", "F/q5.npy"],
+     "queries: hold real numbers but the base holds integers"),
     # misleading messages before
     (["sim", "chamvs-node", "--base", "F/ten.npy", "--queries", "F/q5.npy", "--items", "5"],
      "base: holds 10 vectors; 8-bit product quantisation trains 256 centroids"),

@@ -11,10 +11,13 @@ Inputs travel as binary beat files (``in_<port>.bin``), outputs come back as bin
 counts the cocotb monitor reports. The result has the cocotb testbench's form, so the comparison
 with the golden model is the one of :func:`~hwgen.flow.simulate.simulate`.
 
-Scope: stream tops whose model needs no AXI memory models (``chamvs-node`` and the
-recommendation embedding kernel still need the cocotb engine); side signals a model samples
-(``sample_signals``: status counters, performance counters) are read as the cocotb monitor
-reads them, one cycle after each TLAST beat of the result port. The random streams differ from cocotb's,
+Scope: every stream top of the registry. AXI4 read masters (``chamvs-node``'s memory channels,
+the embedding kernel's banks) read a C++ model of an AXI4 read slave over the model's memory
+image (INCR bursts, up to 8 outstanding requests, random latency of 2..17 cycles, random
+ARREADY drops and R pauses with the same ``stall``); side signals a model samples
+(``sample_signals``: status and performance counters) are read as the cocotb monitor reads
+them, one cycle after each TLAST beat of the result port. Memory-mapped Vitis kernels and
+cluster runs keep their cocotb testbenches. The random streams differ from cocotb's,
 so the two engines see different stall patterns for one seed; both must give zero mismatches.
 """
 
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, ToolError
+from ..errors import ToolError
 from .emit import emit_verilog
 from .package import render
 from .ports import SIDEBANDS
@@ -36,7 +39,7 @@ from .simulate import SimBuild
 from .tools import cache_dir, file_lock, use_verilator, write_atomic
 from .verilator import VERILATOR_ARGS
 
-__all__ = ["ENGINES", "NativeBuild", "build_native", "run_native", "check_native"]
+__all__ = ["ENGINES", "NativeBuild", "build_native", "run_native"]
 
 ENGINES = ("cocotb", "native")
 #: Cycles run after every output has its beats, to catch extra beats (as the cocotb monitor).
@@ -50,15 +53,6 @@ class NativeBuild(SimBuild):
     @property
     def executable(self):
         return self.directory / "Vsim"
-
-
-def check_native(acc):
-    """Refuse the native engine for a model that needs what it does not model."""
-    model = acc.model
-    if hasattr(model, "memories"):
-        raise ConfigError("engine", f"native cannot simulate {acc.name} yet: it reads AXI "
-                          "memories that only the cocotb engine models; use --engine cocotb",
-                          value="native")
 
 
 def _port_view(stream):
@@ -77,7 +71,14 @@ def build_native(acc, config, *, log=None):
         port = next(st["port"] for st in ports["streams"]
                     if st["member"] == acc.model.result_port)
         sample = {"port": port, "signals": list(acc.model.sample_signals)}
-    source = render(_TEMPLATE, top=acc.top_name, sample=sample,
+    memories = [{"prefix": sig["name"][:-len("_arvalid")],
+                 "words": max(1, -(-next(x["bits"] for x in ports.get("signals", [])
+                                         if x["name"] == sig["name"][:-len("_arvalid")]
+                                         + "_rdata") // 32))}
+                for sig in ports.get("signals", []) if sig["name"].endswith("_arvalid")]
+    max_words = max([s["words"] for s in streams] + [m["words"] for m in memories] + [2])
+    source = render(_TEMPLATE, top=acc.top_name, sample=sample, memories=memories,
+                    max_words=max_words,
                     inputs=[s for s, p in zip(streams, ports["streams"]) if p["direction"] == "in"],
                     outputs=[s for s, p in zip(streams, ports["streams"])
                              if p["direction"] == "out"])
@@ -181,6 +182,10 @@ def run_native(build, job, run_dir, *, progress_label=None):
             else:
                 expect.append(f"{port['port']} {port['beats']}")
         (run_dir / "expect.txt").write_text("\n".join(expect) + "\n")
+        for mem in job.get("memories", []):
+            image = bytes.fromhex(mem["image"])     # zero-padded to the size cocotb's AxiRam has
+            (run_dir / f"mem_{mem['prefix']}.bin").write_bytes(
+                image + bytes(max(0, mem["size"] - len(image))))
         cmd = [str(build.executable), str(run_dir), str(job["seed"]), repr(float(job["stall"])),
                str(job["timeout_cycles"]), str(DRAIN_CYCLES)]
         log_path = run_dir / "native.log"
@@ -215,5 +220,8 @@ def run_native(build, job, run_dir, *, progress_label=None):
                   for p, h in summary["handshakes"].items()}
     result = {"cycles_run": summary["cycles_run"], "timeout": summary["timeout"],
               "outputs": outputs, "handshakes": handshakes, "samples": samples,
-              "native_seconds": summary["seconds"]}
+              "native_seconds": summary["seconds"], "memories": summary["memories"]}
+    bad = {p: m["out_of_range"] for p, m in summary["memories"].items() if m["out_of_range"]}
+    if bad:
+        raise ToolError(f"{build.top} read beyond its memory images: {bad} bursts")
     return result, time.monotonic() - start

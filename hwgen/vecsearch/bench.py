@@ -253,12 +253,14 @@ def _model_errors(config, stim, result):
     return pairs
 
 
-def run_node_case(config, *, queries, seed=1, stall=0.0, base=None, log=None):
+def run_node_case(config, *, queries, seed=1, stall=0.0, base=None, nprobe=None, log=None,
+                  engine="cocotb"):
     """Simulate the node on ``queries`` queries; returns (simulate result, model pairs)."""
     acc = registry.get("chamvs-node")
-    stim = acc.model.stimulus(config, queries, np.random.default_rng(seed), base=base)
+    stim = acc.model.stimulus(config, queries, np.random.default_rng(seed), base=base,
+                              nprobe=nprobe)
     result = simulate(acc, config, items=queries, seed=seed, stall=stall, stimulus=stim,
-                      log=log)
+                      log=log, engine=engine)
     return result, _model_errors(config, stim, result)
 
 

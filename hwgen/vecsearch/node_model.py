@@ -57,8 +57,9 @@ def node_data(config, shard, queries, probes, name="shard"):
 
 
 def load_vectors(path, what):
-    """A 2-D float32 array of at least one non-empty row from an ``.npy`` file (real or integer
-    values; no pickled objects), with errors naming the option."""
+    """A 2-D array of at least one non-empty row from an ``.npy`` file, with errors naming the
+    option: float32 for real values (quantised later), int64 for integers (used as they are,
+    e.g. ``hwgen dataset digits-syn``); no pickled objects."""
     try:
         x = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -75,6 +76,10 @@ def load_vectors(path, what):
                           f"{x.shape}", value=str(path))
     if 0 in x.shape:
         raise ConfigError(what, f"is empty (shape {x.shape})", value=str(path))
+    if x.dtype.kind in "iu":        # integer vectors are used as they are (no quantisation)
+        if x.size and (x.min() < -2**31 or x.max() >= 2**31):
+            raise ConfigError(what, "holds integers beyond 32 bits", value=str(path))
+        return x.astype(np.int64)
     with np.errstate(over="ignore"):
         x = x.astype(np.float32)
     if not np.all(np.isfinite(x)):
@@ -101,7 +106,14 @@ def prepare(config, *, base=None, queries=None, nprobe=None, count=20, rng=None,
         base_i, pool, scale, name = x[:-QUERY_POOL], x[-QUERY_POOL:], 1.0, "digits"
     elif np.issubdtype(base.dtype, np.integer):
         base_i, scale, name = base.astype(np.int64), 1.0, "integer vectors"
+        if queries is not None and not np.issubdtype(queries.dtype, np.integer):
+            raise ConfigError("queries", "hold real numbers but the base holds integers "
+                              "(used without quantisation): give integer queries")
         pool = queries.astype(np.int64) if queries is not None else digits()[0][-QUERY_POOL:]
+        if pool.shape[1] != base_i.shape[1]:
+            raise ConfigError("queries", f"dimension {pool.shape[1]} differs from the base's "
+                              f"{base_i.shape[1]}" + ("" if queries is not None else
+                                                      " (the digits queries: give --queries)"))
     else:
         if queries is None:
             raise ConfigError("queries", "--queries is needed with --base")
