@@ -9,6 +9,9 @@ BOARD   ?= u280
 STALL   ?= 0.2
 SEED    ?= 1
 PYTEST_ARGS ?=
+# pytest-xdist workers: both cores of a CI machine (builds are cached under file locks, so
+# workers share them safely); PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= auto
 # command:Debian package pairs installed by `make setup` when missing (as root): yosys for
 # resource reports, graphviz for cluster graph pictures, Open MPI (mpirun, and mpicc to build
 # mpi4py) as the outside reference of the GMI collectives.
@@ -40,7 +43,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 demo: setup
 	$(HWGEN) demo

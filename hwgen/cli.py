@@ -707,6 +707,61 @@ def chamvs_shard(base, sets, config_file, nodes, scheme, out_dir):
 
 
 @main.command()
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--scheduler", help="Address of a running Dask scheduler (default: a "
+              "LocalCluster on this machine).")
+@click.option("--workers", type=int, help="LocalCluster worker processes (default: CPUs).")
+@click.option("--retries", type=int, default=2, show_default=True,
+              help="Retries of a job that raises (a dead worker's jobs are rescheduled too).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder for sweep.json, sweep.csv and sweep.png.")
+@reports_errors
+def sweep(spec, scheduler, workers, retries, out_dir):
+    """Run a sweep SPEC (JSON or YAML: accelerator, grid/configs, seeds, stall, items) on Dask
+    distributed: every job a simulation checked against the golden model."""
+    from .flow.sweep import run_sweep
+    checks.at_least("retries", retries, 0, 10)
+    rows = run_sweep(spec, out_dir, scheduler=scheduler, workers=workers, retries=retries,
+                     echo=click.echo)
+    bad = [r for r in rows if r.get("error") or r.get("mismatches") or r.get("timeout")
+           or r.get("counter_mismatches")]
+    if bad:
+        raise SimulationMismatch(f"{len(bad)} of {len(rows)} jobs failed or disagreed with "
+                                 f"the golden model (first: job {bad[0]['job']})")
+
+
+@main.group()
+def dataset():
+    """Data sets that exist offline, written as .npy files for --base."""
+
+
+@dataset.command("digits-syn")
+@click.option("--vectors", type=int, default=1_000_000, show_default=True,
+              help="At least this many vectors (whole copies of the base).")
+@click.option("--noise", type=int, default=3, show_default=True,
+              help="Uniform integer noise -N..N per component of each copy.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="The .npy file to write (int16 vectors).")
+@reports_errors
+def dataset_digits_syn(vectors, noise, seed, out_path):
+    """scikit-learn's digits (1,597 base vectors; the last 200 stay queries) replicated with
+    noise, as the Chameleon paper builds its SYN data sets from SIFT: integer vectors of signed
+    8-bit range, 64 dimensions."""
+    import numpy as np
+    from .datasets import digits, replicated
+    from .vecsearch.node_model import QUERY_POOL
+    checks.at_least("vectors", vectors, 1, 100_000_000)
+    checks.at_least("noise", noise, 0, 127)
+    _seed(seed)
+    checks.output_file("out", out_path)
+    base = digits()[0][:-QUERY_POOL]
+    x = replicated(base, -(-vectors // len(base)), noise=noise, seed=seed).astype(np.int16)
+    np.save(out_path, x)
+    click.echo(f"{out_path}: {x.shape[0]:,} vectors of {x.shape[1]} dimensions (int16)")
+
+
+@main.command()
 @click.option("--queries", type=int, default=20, show_default=True)
 @click.option("--stall", type=float, default=0.1, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)

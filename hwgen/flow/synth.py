@@ -30,7 +30,7 @@ import time
 
 from ..errors import ToolError
 from .emit import emit_verilog
-from .tools import cache_dir, yosys_path
+from .tools import cache_dir, file_lock, yosys_path
 
 __all__ = ["synthesize", "parse_stat", "LUTRAM_WEIGHTS"]
 
@@ -77,6 +77,11 @@ def synthesize(acc, config, *, board=None, log=None):
                         "root) or set HWGEN_YOSYS")
     family = board.family if board is not None else "xcup"
     work = cache_dir() / f"{acc.name}-{config.digest()}" / "synth"
+    with file_lock(work.parent / ".synth.lock"):      # one yosys run per configuration
+        return _synthesize(acc, config, board, exe, family, work, log)
+
+
+def _synthesize(acc, config, board, exe, family, work, log):
     v_path, _ = emit_verilog(acc.build_core(config), acc.top_name, work)
     script = (f"read_verilog -sv {v_path.name}\n"
               f"synth_xilinx -family {family} -top {acc.top_name} -noiopad -noclkbuf -nowidelut\n"

@@ -32,7 +32,7 @@ from amaranth.back import verilog
 
 from ..errors import ConfigError, ToolError
 from .emit import emit_verilog
-from .tools import cache_dir, yosys_path
+from .tools import cache_dir, file_lock, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "GOAL_RATIO", "PART",
            "pnr_args", "parse_pnr_report"]
@@ -234,6 +234,11 @@ def _reference(tools, seeds, log=None):
     text = verilog.convert(TimingReference(), name="timing_reference", emit_src=False)
     key = hashlib.sha256(text.encode() + _flow_key(tools).encode()).hexdigest()[:16]
     work = cache_dir() / "timing-reference" / key
+    with file_lock(work.parent / f".{key}.lock"):
+        return _reference_in(tools, work, text, seeds, log)
+
+
+def _reference_in(tools, work, text, seeds, log):
     work.mkdir(parents=True, exist_ok=True)
     (work / "timing_reference.v").write_text(text)
     cells_path = work / "cells.json"
@@ -279,6 +284,12 @@ def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
     seed_list = list(range(1, seeds + 1))
     digest = config.digest()
     work = cache_dir() / f"{acc.name}-{digest}" / "timing"
+    with file_lock(work.parent / ".timing.lock"):     # one run per configuration at a time
+        return _measure(acc, config, tools, work, seed_list, xilinx, log)
+
+
+def _measure(acc, config, tools, work, seed_list, xilinx, log):
+    digest = config.digest()
     v_path, _ = emit_verilog(acc.build_core(config), acc.top_name, work)
     top = acc.top_name
     key = hashlib.sha256(v_path.read_bytes() + _flow_key(tools).encode()).hexdigest()[:16]
