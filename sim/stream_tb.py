@@ -28,6 +28,8 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import (AxiRamRead, AxiReadBus, AxiStreamBus, AxiStreamFrame,
                            AxiStreamSink, AxiStreamSource)
 
+from hwgen.flow.ports import SIDEBANDS
+
 CLOCK_NS = 4
 DRAIN_CYCLES = 64
 
@@ -37,7 +39,10 @@ def _pauses(rng, probability):
         yield rng.random() < probability
 
 
-_SIDEBANDS = ("tkeep", "tdest", "tid", "tuser")
+#: AXI-Stream sideband signals, from the one list in hwgen.flow.ports: TKEEP is per byte,
+#: the others are repeated on every byte of a beat.
+_SIDEBANDS = tuple(SIDEBANDS.values())
+_PER_BEAT = tuple(sig for sig in _SIDEBANDS if sig != "tkeep")
 
 
 def _to_frame(beats, source):
@@ -52,7 +57,7 @@ def _to_frame(beats, source):
         for lane in range(lanes):
             tdata.append((beat["tdata"] >> (lane * size)) & mask)
             side["tkeep"].append((beat.get("tkeep", (1 << lanes) - 1) >> lane) & 1)
-            for sig in ("tdest", "tid", "tuser"):
+            for sig in _PER_BEAT:
                 side[sig].append(beat.get(sig, 0))
     return AxiStreamFrame(bytearray(tdata) if size == 8 else tdata, **side)
 
@@ -69,7 +74,7 @@ def _from_frame(frame, sink):
                              for lane in range(lanes))}
         if "tkeep" in present:
             beat["tkeep"] = sum(int(frame.tkeep[k + lane]) << lane for lane in range(lanes))
-        for sig in ("tdest", "tid", "tuser"):
+        for sig in _PER_BEAT:
             if sig in present:
                 beat[sig] = int(getattr(frame, sig)[k])
         beats.append(beat)
