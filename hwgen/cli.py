@@ -34,6 +34,23 @@ def _os_message(e):
     return f"{where}{e.strerror or e}"
 
 
+def _report(e):
+    """Exit with one line for exception ``e`` (see :func:`reports_errors`)."""
+    if isinstance(e, KeyboardInterrupt):
+        _fail("interrupted", 130)
+    if isinstance(e, SimulationMismatch):
+        _fail(str(e), 1)
+    if isinstance(e, HwgenError):
+        _fail(str(e), 2)
+    if isinstance(e, OSError):
+        _fail(_os_message(e), 2)
+    if isinstance(e, MemoryError):
+        _fail("out of memory: lower --items or the configuration's sizes", 2)
+    first = " ".join(str(e).split())[:300]
+    _fail(f"internal error, a bug in hwgen ({type(e).__name__}: {first}); please "
+          "report it with the command line; `hwgen --debug ...` shows the traceback", 3)
+
+
 def reports_errors(fn):
     """Turn every failure into one line on stderr and an exit status, never a traceback
     (unless ``--debug``): 1 for a simulation that disagrees with its golden model, 2 for bad
@@ -45,22 +62,12 @@ def reports_errors(fn):
         except (click.exceptions.ClickException, click.exceptions.Exit,
                 click.exceptions.Abort):
             raise
-        except KeyboardInterrupt:
-            _fail("interrupted", 130)
+        except KeyboardInterrupt as e:
+            _report(e)
         except Exception as e:
             if _DEBUG["on"]:
                 raise
-            if isinstance(e, SimulationMismatch):
-                _fail(str(e), 1)
-            if isinstance(e, HwgenError):
-                _fail(str(e), 2)
-            if isinstance(e, OSError):
-                _fail(_os_message(e), 2)
-            if isinstance(e, MemoryError):
-                _fail("out of memory: lower --items or the configuration's sizes", 2)
-            first = " ".join(str(e).split())[:300]
-            _fail(f"internal error, a bug in hwgen ({type(e).__name__}: {first}); please "
-                  "report it with the command line; `hwgen --debug ...` shows the traceback", 3)
+            _report(e)
     return wrapper
 
 
@@ -78,6 +85,12 @@ class _Main(click.Group):
             _fail(" ".join(e.format_message().split()) + hint, e.exit_code)
         except click.exceptions.Abort:
             _fail("aborted", 1)
+        except (click.exceptions.Exit, SystemExit):
+            raise
+        except Exception as e:      # raised while parsing (e.g. loading a model's options)
+            if _DEBUG["on"]:
+                raise
+            _report(e)
         if standalone_mode:
             sys.exit(rv if isinstance(rv, int) else 0)
         return rv
@@ -204,7 +217,70 @@ def build(name, sets, config_file, board, out_dir, synth):
                    f"{report['bist_items']} items, {report['leds']}")
 
 
-@main.command()
+class _WithModelOptions(click.Command):
+    """A command taking an accelerator NAME whose model adds its own options
+    (:attr:`hwgen.flow.model.StreamModel.sim_options`) once NAME is known: ``hwgen sim
+    chamvs-node --help`` lists ``--base``, ``--nprobe`` ...; the options of one model given to
+    another are refused naming their owner."""
+
+    _META = "hwgen.model_options"
+
+    def parse_args(self, ctx, args):
+        name = next((a for a in args if a in registry.ACCELERATORS), None)
+        ctx.meta[self._META] = _model_params(name) if name else []
+        original = list(args)                   # click's parser consumes ``args``
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            owners = [other for other in registry.names() if other != name and any(
+                opt.flag == e.option_name for opt in registry.get(other).model.sim_options)]
+            if not owners or name is None:
+                raise
+            at = original.index(e.option_name) if e.option_name in original else -1
+            raw = original[at + 1] if 0 <= at < len(original) - 1 else None
+            value = int(raw) if raw is not None and raw.isdigit() else raw
+            error = ConfigError(e.option_name[2:].replace("-", "_"), "is an option of "
+                                f"{', '.join(owners)}, not of {name}", value=value)
+            raise click.UsageError(str(error), ctx) from None
+
+    def get_params(self, ctx):
+        return super().get_params(ctx) + ctx.meta.get(self._META, [])
+
+
+def _model_params(name):
+    """click options of accelerator ``name``'s model."""
+    params = []
+    for opt in registry.get(name).model.sim_options:
+        kind = click.Path(dir_okay=False) if opt.kind == "path" else opt.kind
+        params.append(click.Option([opt.flag, opt.name], type=kind,
+                                   help=f"{name}: {opt.help}"))
+    return params
+
+
+def _model_options(acc, given, sets, items):
+    """Route the model's own ``hwgen sim`` options: ``(sets, items, stimulus options)``."""
+    model = acc.model
+    values = {opt.name: given.get(opt.name) for opt in model.sim_options}
+    stimulus_options = {}
+    for opt in model.sim_options:
+        value = values[opt.name]
+        if value is None:
+            continue
+        if opt.kind is int:
+            checks.at_least(opt.name, value, opt.minimum)
+        if opt.route == "stimulus":
+            stimulus_options[opt.name] = value
+        elif opt.route == "set":
+            sets = sets + [f"{opt.name}={value}"]
+        elif items is not None and value != items:
+            raise ConfigError(opt.name, f"and --items={items} disagree (they are the same "
+                              "option)", value=value)
+        else:
+            items = value
+    return sets + list(model.sim_sets(values, sets)), items, stimulus_options
+
+
+@main.command(cls=_WithModelOptions)
 @click.argument("name")
 @with_config_options
 @click.option("--items", type=int, help="Number of input items (accelerator-specific unit).")
@@ -214,26 +290,17 @@ def build(name, sets, config_file, board, out_dir, synth):
                    "backpressure (and of pauses on AXI memory channels).")
 @click.option("--engine", type=click.Choice(["cocotb", "native"]), default="cocotb",
               show_default=True, help="cocotb: Python testbench (every model); native: a "
-              "generated C++ testbench, 100x faster, for stream tops without AXI memories.")
+              "generated C++ testbench, 100x faster, for stream tops (AXI4 read memories "
+              "included).")
 @click.option("--waves", is_flag=True, help="Dump a VCD waveform (dump.vcd in the run dir).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Write the result as JSON.")
-@click.option("--base", type=click.Path(dir_okay=False),
-              help="chamvs-node: .npy float32 database vectors (default: digits data set).")
-@click.option("--queries", type=click.Path(dir_okay=False),
-              help="chamvs-node: .npy float32 query vectors.")
-@click.option("--queries-count", type=int, help="chamvs-node: queries to run (= --items).")
-@click.option("--nprobe", type=int, help="chamvs-node: lists probed per query.")
-@click.option("--nlist", type=int, help="chamvs-node: IVF lists (= --set nlist=N).")
-@click.option("--k", "k", type=int, help="chamvs-node: results per query (= --set k=N).")
-@click.option("--m", "m", type=int, help="chamvs-node: PQ sub-spaces (= --set m=N).")
-@click.option("--fuzz", type=int, help="cluster-router/cluster-gateway: N packets, about "
-              "30% malformed or to unknown destinations; prints the dropped/delivered "
-              "counters sampled from the simulation beside the golden model's.")
 @reports_errors
-def sim(name, sets, config_file, items, seed, stall, engine, waves, json_path, base, queries,
-        queries_count, nprobe, nlist, k, m, fuzz):
-    """Simulate the Verilog on Verilator and compare with the golden model."""
+def sim(name, sets, config_file, items, seed, stall, engine, waves, json_path, **model_options):
+    """Simulate the Verilog on Verilator and compare with the golden model.
+
+    An accelerator may take options of its own (chamvs-node: --base, --queries, --nprobe ...;
+    cluster-router and cluster-gateway: --fuzz); `hwgen sim NAME --help` lists them."""
     from .flow.simulate import check, simulate
     acc = registry.get(name)
     _seed(seed)
@@ -242,31 +309,8 @@ def sim(name, sets, config_file, items, seed, stall, engine, waves, json_path, b
         checks.at_least("items", items, 1)
     if json_path:
         checks.output_file("json", json_path)
-    for opt, val in (("queries_count", queries_count), ("nprobe", nprobe), ("nlist", nlist),
-                     ("k", k), ("m", m)):
-        if val is not None:
-            checks.at_least(opt, val, 1)
-    if queries_count is not None and items is not None and queries_count != items:
-        raise ConfigError("queries_count", f"and --items={items} disagree (they are the "
-                          "same option)", value=queries_count)
-    data_opts = {"base": base, "queries": queries, "nprobe": nprobe}
-    given = [o for o, v in {**data_opts, "queries_count": queries_count, "nlist": nlist,
-                            "k": k, "m": m}.items() if v is not None]
-    if given and not hasattr(acc.model, "options"):
-        raise ConfigError(given[0], f"is an option of chamvs-node, not of {name}",
-                          value=locals()[given[0]])
-    sets = list(sets) + [f"{key}={val}" for key, val in (("nlist", nlist), ("k", k), ("m", m))
-                         if val is not None]
-    if base is not None and not any(s.startswith("dim=") for s in sets):
-        from .vecsearch.node_model import load_vectors
-        sets.append(f"dim={load_vectors(base, 'base').shape[1]}")
-    items = queries_count if queries_count is not None else items
+    sets, items, options = _model_options(acc, model_options, list(sets), items)
     cfg = acc.make_config(sets, config_file, None)
-    options = {key: val for key, val in data_opts.items() if val is not None}
-    if fuzz is not None:
-        if fuzz < 1:
-            raise ConfigError("fuzz", "must be at least 1 packet", value=fuzz)
-        options["fuzz"] = fuzz
     result = simulate(acc, cfg, items=items, seed=seed, stall=stall, waves=waves,
                       progress=sys.stderr.isatty(), log=_log, stimulus_options=options,
                       engine=engine)

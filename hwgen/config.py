@@ -176,6 +176,15 @@ class Config:
         """Parameters that follow from the configuration (widths, latencies); for reports."""
         return {}
 
+    def performance(self):
+        """The accelerator's analytical cycle model at its default workload (a dict, shown by
+        ``hwgen build`` beside the last simulation); None where the accelerator has none."""
+        return None
+
+    def for_board(self, board):
+        """This configuration adapted to ``board`` (e.g. memory widths); unchanged by default."""
+        return self
+
     def digest(self):
         """Short stable hash of the configuration, for build-cache keys and file names."""
         text = json.dumps({"type": type(self).__name__, **self.to_dict()}, sort_keys=True)

@@ -75,7 +75,7 @@ class Accelerator:
         """Default config, then ``config_file`` values, then ``--set`` overrides."""
         cls = self.config
         cfg = cls.from_json(config_file) if config_file else cls()
-        if board is not None and hasattr(cls, "for_board"):
+        if board is not None:
             cfg = cfg.for_board(board)
         return cfg.with_overrides(overrides)
 

@@ -4,10 +4,11 @@ The host side (``hwgen sim`` / pytest) writes a job file naming, for every AXI-S
 top level, the TDATA words to drive (inputs) or the number of beats to expect (outputs). This
 testbench drives the inputs with cocotbext-axi ``AxiStreamSource``\\ s and collects the outputs with
 ``AxiStreamSink``\\ s, each with a random pause generator: every cycle a source idles and a sink
-deasserts TREADY with probability ``stall``. A per-cycle monitor counts handshakes, stops the run
-once every output has its beats (plus a drain period that catches extra beats) or when the cycle
-budget runs out, and the results (received frames of words, handshake cycles) go back to the host, which
-compares them with the golden model.
+deasserts TREADY with probability ``stall``. A :class:`HandshakeMonitor` per port counts
+handshakes as cocotbext-axi samples them (its counts are checked against the sinks' beats); the
+run stops once every output has its beats (plus a drain period that catches extra beats) or when
+the cycle budget runs out, and the results (received frames of words, handshake cycles) go back
+to the host, which compares them with the golden model.
 
 Optional job entries: ``memories`` (AXI4 read masters, each held by a cocotbext-axi
 ``AxiRamRead`` filled with an image; with ``stall`` its AR and R channels pause at random too)
@@ -29,9 +30,9 @@ from cocotbext.axi import (AxiRamRead, AxiReadBus, AxiStreamBus, AxiStreamFrame,
                            AxiStreamSink, AxiStreamSource)
 
 from hwgen.flow.ports import SIDEBANDS
+from hwgen.flow.scoreboard import DRAIN_CYCLES
 
 CLOCK_NS = 4
-DRAIN_CYCLES = 64
 
 
 def _pauses(rng, probability):
@@ -118,6 +119,54 @@ class StreamBench:
         await RisingEdge(self.dut.ap_clk)
 
 
+class HandshakeMonitor:
+    """Counts the handshakes of one AXI-Stream port the way cocotbext-axi's sinks sample them:
+    in a coroutine of its own, right after each rising clock edge, TVALID/TREADY/TLAST as the
+    design presented them at that edge. cocotb applies testbench writes only after every
+    coroutine woken by the edge has run, and each monitor counts its own edges, so the counts
+    and cycles do not depend on the order in which the simulator resumes coroutines.
+
+    With ``sample``, the named plain signals are read at the edge after every TLAST beat
+    (performance counters updated by that beat)."""
+
+    def __init__(self, dut, name, sample=()):
+        self.clock = dut.ap_clk
+        self.valid = getattr(dut, f"{name}_tvalid")
+        self.ready = getattr(dut, f"{name}_tready")
+        self.tlast = getattr(dut, f"{name}_tlast", None)
+        self.signals = [(s, getattr(dut, s)) for s in sample]
+        self.count, self.first, self.last, self.frame_cycles = 0, None, None, 0
+        self.samples = []
+
+    async def run(self):
+        edge = RisingEdge(self.clock)
+        cycle, frame_start, sample_next = 0, None, False
+        while True:
+            await edge
+            cycle += 1
+            if sample_next:
+                self.samples.append({n: int(sig.value) for n, sig in self.signals})
+            fired = bool(self.valid.value) and bool(self.ready.value)
+            last = fired and self.tlast is not None and bool(self.tlast.value)
+            sample_next = bool(self.signals) and last
+            if not fired:
+                continue
+            self.count += 1
+            if self.first is None:
+                self.first = cycle
+            self.last = cycle
+            if self.tlast is not None:          # per-frame windows: rate within frames
+                if frame_start is None:
+                    frame_start = cycle
+                if last:
+                    self.frame_cycles += cycle - frame_start + 1
+                    frame_start = None
+
+    def report(self):
+        return {"count": self.count, "first": self.first, "last": self.last,
+                "frame_cycles": self.frame_cycles}
+
+
 @cocotb.test()
 async def run_stream_job(dut):
     """Drive the job's inputs, collect its outputs, write the result file."""
@@ -127,25 +176,19 @@ async def run_stream_job(dut):
     tb = StreamBench(dut, job)
     await tb.reset()
 
-    handshakes = {}
-    for port in job["ports"]:
-        name = port["port"]
-        handshakes[name] = {"count": 0, "first": None, "last": None,
-                            "valid": getattr(dut, f"{name}_tvalid"),
-                            "ready": getattr(dut, f"{name}_tready"),
-                            "tlast": getattr(dut, f"{name}_tlast", None),
-                            "frame_start": None, "frame_cycles": 0}
+    sample = job.get("sample")
+    monitors = {p["port"]: HandshakeMonitor(
+        dut, p["port"], sample["signals"] if sample and sample["port"] == p["port"] else ())
+        for p in job["ports"]}
+    for monitor in monitors.values():
+        cocotb.start_soon(monitor.run())
     for port in job["ports"]:
         if port["direction"] == "in":
             source = tb.sources[port["port"]]
-            frames = port["frames"]
-            for frame in frames:
+            for frame in port["frames"]:
                 source.send_nowait(_to_frame(frame, source))
 
     expected = {p["port"]: p["beats"] for p in job["ports"] if p["direction"] == "out"}
-    sample = job.get("sample")
-    sample_tlast = getattr(dut, f"{sample['port']}_tlast") if sample else None
-    samples, sample_next = [], False
     total_expected = sum(expected.values())
     budget = job["timeout_cycles"]
     cycle, done_at, timed_out = 0, None, False
@@ -153,24 +196,7 @@ async def run_stream_job(dut):
     while True:
         await clk
         cycle += 1
-        if sample_next:
-            samples.append({name: int(getattr(dut, name).value) for name in sample["signals"]})
-        h = handshakes[sample["port"]] if sample else None
-        sample_next = bool(sample and h["valid"].value and h["ready"].value
-                           and sample_tlast.value)
-        for h in handshakes.values():
-            if h["valid"].value and h["ready"].value:
-                h["count"] += 1
-                if h["first"] is None:
-                    h["first"] = cycle
-                h["last"] = cycle
-                if h["tlast"] is not None:      # per-frame windows: rate within frames
-                    if h["frame_start"] is None:
-                        h["frame_start"] = cycle
-                    if h["tlast"].value:
-                        h["frame_cycles"] += cycle - h["frame_start"] + 1
-                        h["frame_start"] = None
-        if done_at is None and all(handshakes[p]["count"] >= n for p, n in expected.items()):
+        if done_at is None and all(monitors[p].count >= n for p, n in expected.items()):
             done_at = cycle
         if done_at is not None and cycle >= done_at + DRAIN_CYCLES:
             break
@@ -178,7 +204,7 @@ async def run_stream_job(dut):
             timed_out = True
             break
         if progress_path and cycle % 2048 == 0:
-            got = sum(handshakes[p]["count"] for p in expected)
+            got = sum(monitors[p].count for p in expected)
             with open(progress_path, "w") as f:
                 f.write(f"{got} {total_expected} {cycle}\n")
 
@@ -188,14 +214,17 @@ async def run_stream_job(dut):
         while not sink.empty():
             frames.append(_from_frame(sink.recv_nowait(compact=False), sink))
         outputs[name] = frames
+    # the monitor and cocotbext-axi's sink sample independently: they must agree
+    disagree = {name: [monitors[name].count, sum(map(len, frames))]
+                for name, frames in outputs.items()
+                if monitors[name].count != sum(map(len, frames))}
     result = {
         "cycles_run": cycle,
         "timeout": timed_out,
         "outputs": outputs,
-        "handshakes": {p: {k: h[k] for k in ("count", "first", "last", "frame_cycles")}
-                       for p, h in handshakes.items()},
-        "samples": samples,
+        "handshakes": {p: m.report() for p, m in monitors.items()},
+        "samples": monitors[sample["port"]].samples if sample else [],
+        "monitor_disagrees": disagree,
     }
     with open(os.environ["HWGEN_RESULT"], "w") as f:
         json.dump(result, f)
-    assert not timed_out, f"timeout after {cycle} cycles"

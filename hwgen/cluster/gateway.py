@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import SimOption, StreamModel
 from . import golden as gmi_golden
 from .header import HeaderStripper
 from .packet import INTER_CLUSTER_BIT, Packet, attach_header, from_beats, packet_layout, \
@@ -346,7 +347,7 @@ class Gateway(wiring.Component):
         return m
 
 
-class GatewayModel:
+class GatewayModel(StreamModel):
     """Stimulus and golden model of ``cluster-gateway``.
 
     Traffic, all inter-cluster to this cluster: ``--items`` point-to-point packets (1 ..
@@ -363,6 +364,9 @@ class GatewayModel:
 
     result_port = "o_pkt"
     latency_from = "i_pkt"
+    sim_options = (SimOption("fuzz", "N packets, about 30% malformed or to unknown "
+                             "destinations; prints the dropped/delivered counters sampled from "
+                             "the simulation beside the golden model's"),)
 
     #: Sampled after every TLAST on ``o_pkt``: the decoder's counters and the GMI kernels'
     #: drop counters (every kind; a kind not configured reads 0).
@@ -371,6 +375,9 @@ class GatewayModel:
 
     @classmethod
     def stimulus(cls, config, items, rng, fuzz=None):
+        """``{"beats": [beat, ...]}``: the ``i_pkt`` beats of the traffic in the class docstring
+        (point-to-point and GMI packets; ``fuzz`` = N: N packets, ~30% malformed or unknown), ending
+        with three point-to-point packets."""
         from .gmi import BroadcastModel, GatherModel, ReduceModel, ScatterModel
         c = config
         models = {"broadcast": BroadcastModel, "scatter": ScatterModel,
@@ -430,6 +437,8 @@ class GatewayModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_pkt``: ``stim["beats"]`` as they are (packet beats, ``last`` on each packet's final
+        beat)."""
         return {"i_pkt": stim["beats"]}
 
     @staticmethod
@@ -462,6 +471,9 @@ class GatewayModel:
 
     @classmethod
     def expect(cls, config, stim):
+        """:meth:`golden`'s packets as :func:`~hwgen.cluster.packet.to_beats` beats: ``o_pkt`` the
+        point-to-point packets the decoder passes, header stripped; ``o_<kind>`` per virtual kernel
+        :meth:`GatewayConfig.collective` of the packets addressed to it, in arrival order."""
         out, _ = cls.golden(config, stim)
         return {port: [b for p in packets for b in to_beats(p, config.data_bits)]
                 for port, packets in out.items()}

@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.intmath import ceil_div
 from . import golden
 from .packet import Packet, packet_layout, to_beats, from_beats, split_packets
@@ -517,7 +518,7 @@ def gmi_component(kind, config):
 
 # -- stream models for hwgen sim -------------------------------------------------------------
 
-class _GMIModel:
+class _GMIModel(StreamModel):
     """Stream-level model of a GMI kernel for ``hwgen sim``: the item unit is one collective
     round. The stimulus interleaves members' packets at random (up to ``depth`` rounds apart),
     and mixes in dropped packets: wrong lengths (``bad``), unknown sources (gather/reduce) and,
@@ -544,6 +545,10 @@ class _GMIModel:
 
     @classmethod
     def stimulus(cls, config, items, rng, bad=0.1, overrun=0.05, interleave=True):
+        """``{"packets": [Packet]}`` to ``kernel_id``: messages of ``message_elems`` random
+        ``elem_bits`` elements until every member (gather/reduce; else the one slot) has ``items``
+        accepted; ``bad``: probability of a dropped wrong-length/outsider packet before each,
+        ``overrun`` and ``interleave`` as in the class docstring."""
         c, kind = config, cls.kind
         eb = c.elem_bits // 8
         nbytes = golden.message_elems(kind, c) * eb
@@ -590,6 +595,8 @@ class _GMIModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_pkt``: ``stim["packets"]`` in order as :func:`~hwgen.cluster.packet.to_beats` beats,
+        ``last`` on each packet's final beat."""
         beats = []
         for p in stim["packets"]:
             beats += to_beats(p, config.data_bits)
@@ -601,6 +608,8 @@ class _GMIModel:
 
     @classmethod
     def expect(cls, config, stim):
+        """``o_pkt``: the packets :func:`hwgen.cluster.golden.collective_stream` sends for ``kind``
+        (:meth:`golden`), in order, as :func:`~hwgen.cluster.packet.to_beats` beats."""
         out, _ = cls.golden(config, stim)
         beats = []
         for p in out:

@@ -19,6 +19,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
+from ..flow.model import StreamModel
 from .packet import (INTER_CLUSTER_BIT, SRC_CLUSTER_SHIFT, Packet, attach_header,
                      packet_layout, strip_header, to_beats)
 
@@ -190,7 +191,7 @@ def random_packet(rng, length, dests, srcs=range(256), **kw):
                   rng.integers(0, 256, n, dtype=np.uint8).tobytes(), **kw)
 
 
-class HeaderModel:
+class HeaderModel(StreamModel):
     """Stimulus and golden model of ``gmi-header``: random packets with payloads of 1..length
     bytes (lengths at every beat boundary included) to kernels 1..members; ``i_dec`` gets
     inter-cluster packets (header + >= 1 byte) from random clusters."""
@@ -200,6 +201,10 @@ class HeaderModel:
 
     @staticmethod
     def stimulus(config, items, rng):
+        """``{"send": [Packet], "recv": [Packet]}``, ``items`` each: ``send`` to kernels 1..members
+        with 1..length payload bytes (the first ones at beat-boundary lengths); ``recv``
+        inter-cluster packets (:func:`~hwgen.cluster.packet.attach_header`) from random source
+        clusters."""
         c, lanes = config, config.data_bits // 8
         edge = sorted({1, lanes - 1, lanes, lanes + 1, 2 * lanes, c.length} &
                       set(range(1, c.length + 1)))
@@ -216,12 +221,18 @@ class HeaderModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_pkt``: the ``send`` packets, ``i_dec``: the ``recv`` packets, as
+        :func:`~hwgen.cluster.packet.to_beats` beats (``data``, ``keep``, ``dest``, ``id``,
+        ``user``), ``last`` on each packet's final beat."""
         b = config.data_bits
         return {"i_pkt": [x for p in stim["send"] for x in to_beats(p, b)],
                 "i_dec": [x for p in stim["recv"] for x in to_beats(p, b)]}
 
     @staticmethod
     def expect(config, stim):
+        """``o_pkt``: each ``send`` packet through :func:`~hwgen.cluster.packet.attach_header`
+        (``dest_cluster``, header byte = its TDEST, ``cluster_id``); ``o_dec``: each ``recv`` packet
+        through :func:`~hwgen.cluster.packet.strip_header`; beats as on input."""
         c, b = config, config.data_bits
         return {"o_pkt": [x for p in stim["send"] for x in to_beats(
                     attach_header(p, c.dest_cluster, p.dest, c.cluster_id), b)],

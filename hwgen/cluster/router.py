@@ -26,6 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import SimOption, StreamModel
 from .packet import INTER_CLUSTER_BIT, Packet, packet_layout, to_beats
 from .switch import COUNTER_BITS, DROP_KINDS, PacketFilter, status_name
 from .traffic import counter_report, filter_golden, fuzz_stream, random_payload, sample_signals
@@ -183,7 +184,7 @@ class Router(wiring.Component):
         return m
 
 
-class RouterModel:
+class RouterModel(StreamModel):
     """Stimulus and golden model of ``cluster-router``.
 
     Tables: kernel ids 0..members-1 spread over this node and three other node addresses;
@@ -197,6 +198,9 @@ class RouterModel:
 
     result_port = "o_net"
     latency_from = "i_pkt"
+    sim_options = (SimOption("fuzz", "N packets, about 30% malformed or to unknown "
+                             "destinations; prints the dropped/delivered counters sampled from "
+                             "the simulation beside the golden model's"),)
     sample_signals = sample_signals()
 
     @staticmethod
@@ -215,6 +219,10 @@ class RouterModel:
 
     @classmethod
     def stimulus(cls, config, items, rng, fuzz=None):
+        """``{"ktab", "ctab", "beats"}``: kernel and cluster tables (:meth:`tables`,
+        ``{id: node address}``) and the ``i_pkt`` beats of ``items`` packets (``fuzz`` = N: N
+        packets, ~30% malformed or unknown), the last one to a remote kernel (see the class
+        docstring)."""
         c = config
         ktab, ctab = cls.tables(config, rng)
         remote = sorted(k for k, a in ktab.items() if a != c.node_address)
@@ -244,6 +252,9 @@ class RouterModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_cfg``: one beat per table entry (``table`` 0 = kernel, 1 = cluster; ``index``,
+        ``address``, ``valid`` = 1), kernel table first, ``last`` on the final entry; ``i_pkt``:
+        ``stim["beats"]`` as they are (packet beats, ``last`` on each packet's final beat)."""
         cfg = [{"table": t, "index": k, "address": a, "valid": 1, "last": 0}
                for t, tab in ((0, stim["ktab"]), (1, stim["ctab"])) for k, a in tab.items()]
         cfg[-1]["last"] = 1
@@ -261,6 +272,10 @@ class RouterModel:
 
     @classmethod
     def expect(cls, config, stim):
+        """The packets :meth:`golden` passes (:func:`~hwgen.cluster.traffic.filter_golden`,
+        destination looked up in ``ctab`` if inter-cluster, else ``ktab``), in order: those for
+        ``node_address`` on ``o_local``, the others on ``o_net`` with one ``o_addr`` beat (``addr``)
+        per packet."""
         passed, _ = cls.golden(config, stim)
         local, net, addrs = [], [], []
         for beats, addr in passed:

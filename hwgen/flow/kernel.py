@@ -58,7 +58,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from amaranth.back import verilog
 from amaranth.hdl import Cat, ClockDomain, Module, Signal, Value
 from amaranth.lib import stream, wiring
@@ -69,7 +68,7 @@ from ..lib.axi import (AXI4LiteControl, AXI4LiteSignature, AXI4Reader, AXI4Signa
                        AXI4Writer, StreamDownsizer, StreamUpsizer)
 from .emit import drop_zero_memory_init
 from .ports import StreamFormat
-from .simulate import run_name
+from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
 from .tools import cache_dir
 from .verilator import run_testbench, verilate
 
@@ -465,13 +464,9 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
     opt_tag = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
     work = cache_dir() / f"{acc.name}-{cfg.digest()}-kernel-{board_tag}-{opt_tag}"
     checks.probability("stall", stall)
-    checks.at_least("seed", seed, 0, checks.SEED_MAX)
-    items = checks.at_least("items", items if items is not None else acc.default_items, 1)
     # stimulus and golden model first: bad data fails before the Verilator build
-    model = acc.model
-    rng = np.random.default_rng(seed)
-    stim = model.stimulus(cfg, items, rng)
-    inputs, expected = model.inputs(cfg, stim), model.expect(cfg, stim)
+    work_load = workload(acc, cfg, items=items, seed=seed)
+    items, inputs, expected = work_load.items, work_load.inputs, work_load.expected
 
     desc = emit_kernel(acc, cfg, board, work / "rtl", **options)
     cached, _ = verilate(work / "rtl" / f"{name}.v", name, work / "build")
@@ -494,10 +489,10 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
     guard = 4 * word_bytes
     job = {"seed": seed, "stall": stall, "word_bytes": word_bytes, "guard_bytes": guard,
            "masters": masters,
-           "timeout_cycles": int((total_words + sum(mst["count"] for mst in masters)) * 4
-                                 / (1 - stall) ** 2) + 50000}
+           "timeout_cycles": timeout_cycles(
+               total_words + sum(mst["count"] for mst in masters), stall)}
     result, _ = run_testbench("hwgen.sim.kernel_tb", name, work / "build",
-                              work / "runs" / run_name(job, seed, stall, items), job,
+                              run_folder(work, job, seed=seed, stall=stall, items=items), job,
                               testcase="run_kernel_job", seed=seed)
 
     mismatches, bad, overwrites, examples = 0, 0, 0, []
@@ -507,12 +502,10 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
         region = bytes.fromhex(result["images"][s.port])       # guard, buffer words, guard
         image = region[guard:guard + mst["words"] * word_bytes]
         got, bad_idx = s.unpack(image, mst["count"])
-        for k, (want, have) in enumerate(zip(expected[s.member][:mst["count"]], got)):
-            if _normalise(want) != _normalise(have):
-                mismatches += 1
-                if len(examples) < 5:
-                    examples.append({"member": s.member, "index": k,
-                                     "expected": _normalise(want), "received": have})
+        count, ex = compare(expected[s.member][:mst["count"]], got,
+                            beat_names(s.format, sidebands=False))
+        mismatches += count
+        examples += [dict(e, member=s.member) for e in ex][:5 - len(examples)]
         bad += len(bad_idx)
         padding = image[mst["count"] * s.record_bytes:]
         outside = region[:guard] + region[guard + mst["words"] * word_bytes:]
@@ -523,7 +516,3 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
             "kernel_cycles": result["kernel_cycles"], "handshakes": result["handshakes"],
             "control": result["control"], "build_cached": cached, "description": desc}
 
-
-def _normalise(beat):
-    return {k: (list(map(int, v)) if isinstance(v, (list, tuple, np.ndarray)) else int(v))
-            for k, v in beat.items()}

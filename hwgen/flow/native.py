@@ -35,6 +35,7 @@ from ..errors import ToolError
 from .emit import emit_verilog
 from .package import render
 from .ports import SIDEBANDS
+from .scoreboard import DRAIN_CYCLES
 from .simulate import SimBuild
 from .tools import cache_dir, file_lock, use_verilator, write_atomic
 from .verilator import VERILATOR_ARGS
@@ -42,8 +43,6 @@ from .verilator import VERILATOR_ARGS
 __all__ = ["ENGINES", "NativeBuild", "build_native", "run_native"]
 
 ENGINES = ("cocotb", "native")
-#: Cycles run after every output has its beats, to catch extra beats (as the cocotb monitor).
-DRAIN_CYCLES = 64
 _TEMPLATE = "native_tb.cpp.j2"
 
 
@@ -67,7 +66,7 @@ def build_native(acc, config, *, log=None):
     v_path, ports = emit_verilog(acc.build_core(config), acc.top_name, work / "rtl")
     streams = [_port_view(s) for s in ports["streams"]]
     sample = None
-    if hasattr(acc.model, "sample_signals"):
+    if acc.model.sample_signals:
         port = next(st["port"] for st in ports["streams"]
                     if st["member"] == acc.model.result_port)
         sample = {"port": port, "signals": list(acc.model.sample_signals)}

@@ -22,17 +22,14 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
     stream without TLAST).
 """
 
-import hashlib
-import inspect
 import json
 from pathlib import Path
 
-import numpy as np
-
 from .. import checks
-from ..errors import ConfigError, SimulationMismatch
+from ..errors import ConfigError, SimulationMismatch, ToolError
 from .emit import emit_verilog
 from .ports import SIDEBANDS, StreamFormat
+from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
 from .tools import cache_dir
 from .verilator import run_testbench, verilate
 
@@ -61,61 +58,6 @@ def build_sim(acc, config, *, waves=False, log=None):
     build_dir = work / ("build-waves" if waves else "build")
     cached, seconds = verilate(v_path, acc.top_name, build_dir, waves=waves, log=log)
     return SimBuild(build_dir, acc.top_name, ports, cached=cached, seconds=seconds)
-
-
-#: Items below this are never estimated (a trial would cost more than the run).
-_MEMORY_TRIAL_FROM = 20_000
-#: The testbench process holds the stimulus again, as packed frames.
-_TESTBENCH_FACTOR = 2
-
-
-def _available_bytes():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _trial_bytes(acc, config, n, options):
-    import tracemalloc
-    tracemalloc.start()
-    try:
-        stim = acc.model.stimulus(config, n, np.random.default_rng(0), **(options or {}))
-        kept = (stim, acc.model.inputs(config, stim), acc.model.expect(config, stim))
-        return tracemalloc.get_traced_memory()[1], kept
-    finally:
-        tracemalloc.stop()
-
-
-def check_memory(acc, config, items, options=None, log=None):
-    """Refuse (or warn about) ``items`` whose stimulus, golden results and testbench copy would
-    not fit in memory. Two trials (200 and 1,000 items) are measured with tracemalloc; the
-    bytes per item are their difference over 800. Returns the projected bytes (0 when not
-    estimated: small runs, and the node, whose query count is bounded by its data)."""
-    if items < _MEMORY_TRIAL_FROM or getattr(acc.model, "options", None):
-        return 0
-    small, _ = _trial_bytes(acc, config, 200, options)
-    large, _ = _trial_bytes(acc, config, 1000, options)
-    projected = small + max(0, large - small) / 800 * items * _TESTBENCH_FACTOR
-    available = _available_bytes()
-    if available and projected > 0.8 * available:
-        raise ConfigError("items", f"would need about {projected / 2**30:.1f} GiB for the "
-                          f"stimulus, golden results and testbench ({available / 2**30:.1f} GiB "
-                          f"available); lower --items", value=items)
-    if projected > 2**30 and log:
-        log(f"warning: {items:,} items will use about {projected / 2**30:.1f} GiB of memory")
-    return projected
-
-
-def run_name(job, seed, stall, items):
-    """A run folder's name: readable facts plus a digest of the whole job (stimulus, memory
-    images, timeouts), so that runs differing in anything never share a folder."""
-    digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:12]
-    return f"seed{seed}-stall{stall:g}-n{items}-{digest}"
 
 
 def port_of_result(formats, model):
@@ -159,36 +101,17 @@ def _received_beats(frames, fmt):
     return beats
 
 
-def _normalise(beat, fmt):
-    names = [f.name for f in fmt.fields] + (["last"] if fmt.has_last else []) + \
-        [name for name, _ in fmt.sidebands]
-    return {n: (list(map(int, beat[n])) if isinstance(beat[n], (list, tuple, np.ndarray))
-                else int(beat[n])) for n in names}
-
-
-def _compare(expected, received, fmt):
-    """Mismatching beat count and the first few differences."""
-    mismatches, examples = 0, []
-    for k in range(max(len(expected), len(received))):
-        want = _normalise(expected[k], fmt) if k < len(expected) else None
-        have = received[k] if k < len(received) else None
-        if want != have:
-            mismatches += 1
-            if len(examples) < 5:
-                examples.append({"index": k, "expected": want, "received": have})
-    return mismatches, examples
-
-
 def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progress=False,
              log=None, stimulus_options=None, stimulus=None, keep_outputs=False,
              engine="cocotb"):
-    """Run the cocotb testbench of ``acc`` at ``config`` and compare with the golden model.
+    """Run ``acc`` at ``config`` on the ``engine``'s testbench (``cocotb`` or ``native``) and
+    compare with the golden model (the job and scoreboard of :mod:`.scoreboard`).
 
     ``stimulus_options`` are passed to the model's ``stimulus`` (tests use them to shape
     traffic); ``stimulus`` replaces the generated stimulus altogether (a dict in the model's
     stimulus format, e.g. real data). With ``keep_outputs`` the result holds the received beats
-    under ``"outputs"`` (member name -> list of field dicts). Returns the result dictionary written by ``hwgen sim --json`` (see module
-    docstring).
+    under ``"outputs"`` (member name -> list of field dicts). Returns the result dictionary
+    written by ``hwgen sim --json`` (see module docstring).
     """
     from .native import ENGINES, build_native, run_native
     checks.probability("stall", stall)
@@ -198,21 +121,10 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         if waves:
             raise ConfigError("waves", "needs --engine cocotb (the native engine dumps none)")
     model = acc.model
-    items = items if items is not None else acc.default_items
-    accepted = set(inspect.signature(model.stimulus).parameters) - {"config", "items", "rng"}
-    unknown = set(stimulus_options or {}) - accepted
-    if unknown:
-        raise ConfigError(sorted(unknown)[0], f"is not an option of {acc.name}")
-    checks.at_least("items", items, 1)
-    checks.at_least("seed", seed, 0, checks.SEED_MAX)
-    if stimulus is None:
-        check_memory(acc, config, items, stimulus_options, log=log)
     # stimulus and golden model first: bad data or options fail before the Verilator build
-    rng = np.random.default_rng(seed)
-    stim = stimulus if stimulus is not None else \
-        model.stimulus(config, items, rng, **(stimulus_options or {}))
-    inputs = model.inputs(config, stim)
-    expected = model.expect(config, stim)
+    work = workload(acc, config, items=items, seed=seed, stimulus_options=stimulus_options,
+                    stimulus=stimulus, log=log)
+    items, stim, inputs, expected = work.items, work.stim, work.inputs, work.expected
     build = build_native(acc, config, log=log) if engine == "native" else \
         build_sim(acc, config, waves=waves, log=log)
     formats = build.stream_formats()
@@ -229,19 +141,18 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
                 raise ValueError(f"model of {acc.name} gives no expectation for {member}")
             job_ports.append({"port": port, "direction": "out", "beats": len(expected[member])})
             out_beats += len(expected[member])
-    bound = model.cycles_bound(config, stim) if hasattr(model, "cycles_bound") else 0
-    timeout = int((in_beats + out_beats + bound) * 3 / (1.0 - stall) ** 2) + 20000
-
+    timeout = timeout_cycles(in_beats + out_beats + model.cycles_bound(config, stim), stall)
     job = {"seed": seed, "stall": stall, "timeout_cycles": timeout, "ports": job_ports}
-    if hasattr(model, "memories"):
+    memories = model.memories(config, stim)
+    if memories:
         job["memories"] = [{"prefix": prefix, "image": image.hex(),
                             "size": 1 << max(12, (len(image) - 1).bit_length())}
-                           for prefix, image in model.memories(config, stim).items()]
-    if hasattr(model, "sample_signals"):
+                           for prefix, image in memories.items()]
+    if model.sample_signals:
         job["sample"] = {"port": port_of_result(formats, model), "signals":
                          list(model.sample_signals)}
-    run_dir = build.directory.parent / "runs" / \
-        (("native-" if engine == "native" else "") + run_name(job, seed, stall, items))
+    run_dir = run_folder(build.directory.parent, job, seed=seed, stall=stall, items=items,
+                         engine=engine)
     label = f"simulating {acc.name}" if progress else None
     if engine == "native":
         result, sim_seconds = run_native(build, job, run_dir, progress_label=label)
@@ -250,12 +161,16 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
             acc.testbench, build.top, build.directory, run_dir, job, seed=seed, waves=waves,
             progress_label=label)
 
+    if result.get("monitor_disagrees"):
+        raise ToolError(f"{acc.name}: the testbench's handshake monitor and its stream sinks "
+                        f"counted different beats ({result['monitor_disagrees']}, [monitor, "
+                        f"sink] per port): a testbench fault, not a design mismatch")
     mismatches, by_port, examples, received = 0, {}, [], {}
     for member, (port, direction, fmt) in formats.items():
         if direction != "out":
             continue
         got = received[member] = _received_beats(result["outputs"][port], fmt)
-        count, ex = _compare(expected[member], got, fmt)
+        count, ex = compare(expected[member], got, beat_names(fmt))
         by_port[member] = count
         mismatches += count
         examples += [dict(e, port=member) for e in ex]
@@ -268,7 +183,7 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     lasts = [h["last"] for p, h in hs.items() if direction[p] == "out" and h["last"]]
     cycles = (max(lasts) - min(firsts) + 1) if firsts and lasts else None
     rpc = (res["count"] / (res["last"] - res["first"] + 1)) if res["count"] else 0.0
-    src = hs[port_of[model.latency_from]] if hasattr(model, "latency_from") else \
+    src = hs[port_of[model.latency_from]] if model.latency_from else \
         hs[next(p for p, d in direction.items() if d == "in")]
     latency = (res["first"] - src["first"]) if src["first"] and res["first"] else None
     # Input rate inside frames (from a frame's first beat to its TLAST beat): the initiation
@@ -301,8 +216,7 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         else None,
         "run_dir": str(run_dir),
     }
-    if hasattr(model, "report"):
-        summary.update(model.report(config, stim, summary, result.get("samples", [])))
+    summary.update(model.report(config, stim, summary, result.get("samples", [])))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if keep_outputs:
         summary["outputs"] = received

@@ -21,6 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
 
@@ -259,7 +260,7 @@ class AttnDot(wiring.Component):
         return m
 
 
-class AttnDotModel:
+class AttnDotModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`AttnDot` for the testbench.
 
     The item unit of ``hwgen sim --items`` is one row of Q (one row of S): ``items`` rows are
@@ -298,6 +299,8 @@ class AttnDotModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_q`` / ``i_k``: one beat per row of Q / K, ``head_dim`` int8 lanes ``q`` / ``k``,
+        ``last`` on each head's final row."""
         def rows(mats, name):
             return [{name: row.tolist(), "last": int(i == len(x) - 1)}
                     for x in mats for i, row in enumerate(x)]
@@ -305,6 +308,9 @@ class AttnDotModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_s``: per head ``S = Q @ K.T`` (int64 numpy), one score ``s`` per beat in row-major
+        order, ``last`` on each row's final score, ``last_row`` on every beat of the head's final
+        row."""
         beats = []
         for q, k in zip(stim["q"], stim["k"]):
             s = np.asarray(q, dtype=np.int64) @ np.asarray(k, dtype=np.int64).T

@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.wide_mul import split_multiply, split_multiply_stages
 from . import golden
@@ -310,7 +311,7 @@ def gelu_values(rng, kind, shape, config):
     return rng.integers(qlo, qhi, size=shape, endpoint=True)
 
 
-class GeluModel:
+class GeluModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Gelu`. An item is a row."""
 
     result_port = "o_y"
@@ -330,10 +331,15 @@ class GeluModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_x``: each row in ``beats_per_row`` beats of ``lanes`` elements ``q``
+        (:func:`~hwgen.ibert.stream_rows.to_beats`), padding lanes from ``stim["pad"]``, ``last`` on
+        each row's final beat."""
         return {"i_x": to_beats({"q": stim["q"]}, config.lanes, pad=stim["pad"])}
 
     @staticmethod
     def expect(config, stim):
+        """``o_y``: :func:`hwgen.ibert.golden.int_gelu` of all rows at ``scale``, packed like the
+        input as ``y`` with zero padding lanes and ``last`` on each row's final beat."""
         y, _ = golden.int_gelu(stim["q"], config.scale)
         return {"o_y": to_beats({"y": y}, config.lanes)}
 

@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from . import golden
 from .isqrt import IntSqrt
@@ -534,7 +535,7 @@ class LayerNorm(wiring.Component):
         return factor, valid
 
 
-class LayerNormModel:
+class LayerNormModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`LayerNorm` (items are rows)."""
 
     result_port = "o_row"
@@ -601,6 +602,8 @@ class LayerNormModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_row``: each row in ``hidden / lanes`` beats of ``lanes`` elements ``q``, ``last`` on
+        the row's final beat."""
         lanes, beats = config.lanes, config.beats
         return {"i_row": [{"q": row[k * lanes:(k + 1) * lanes].tolist(),
                            "last": int(k == beats - 1)}
@@ -608,6 +611,9 @@ class LayerNormModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_row``: :func:`hwgen.ibert.golden.int_layernorm` of all rows (scale 1, the config's
+        ``params`` weight and bias, ``shift``), checked to fit ``out_bits``, in the input's beats as
+        ``y`` with ``last`` on each row's final beat."""
         c = config
         out, _ = golden.int_layernorm(stim["rows"], 1.0, *c.params, c.shift)
         lim = 1 << (c.out_bits - 1)

@@ -24,6 +24,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from . import golden
 from .matrix_common import ceil_div, matrix_int8, matrix_sizes, random_int8
@@ -292,7 +293,7 @@ class Linear(wiring.Component):
         return m
 
 
-class LinearModel:
+class LinearModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Linear` for the testbench.
 
     The item unit of ``hwgen sim --items`` is one input row: ``items`` rows are split into
@@ -324,6 +325,9 @@ class LinearModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_x``: each row of each matrix in ``steps`` beats of ``pes`` int8 lanes ``x`` (the row,
+        then its ``junk`` padding), ``last`` on the row's final beat, ``last_row`` on every beat of
+        the matrix's final row."""
         c = config
         beats = []
         for x, junk in zip(stim["x"], stim["junk"]):
@@ -336,6 +340,10 @@ class LinearModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_y``: :func:`hwgen.ibert.golden.linear` of each matrix with the config's
+        ``parameters`` ``(W, b)``; each row's N outputs in order, ``groups`` beats of ``tiles``
+        int32 lanes ``y``, ``last`` on the row's final beat, ``last_row`` on every beat of the
+        matrix's final row."""
         c = config
         w, b = c.parameters
         beats = []

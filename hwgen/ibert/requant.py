@@ -20,6 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.wide_mul import range_shape, split_multiply, split_multiply_stages
 from . import golden
@@ -425,7 +426,7 @@ def row_kinds(rng, rows):
     return head + [_KINDS[k] for k in tail]
 
 
-class RequantModel:
+class RequantModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Requant`. An item is a row."""
 
     result_port = "o_y"
@@ -457,11 +458,17 @@ class RequantModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_x``: each row in ``beats_per_row`` beats of ``lanes`` elements
+        (:func:`~hwgen.ibert.stream_rows.to_beats`): ``q`` and, with ``identity``, ``id``; padding
+        lanes take ``stim["pad"]``; ``last`` on each row's final beat."""
         fields = {k: stim[k] for k in ("q", "id") if k in stim}
         return {"i_x": to_beats(fields, config.lanes, pad=stim["pad"])}
 
     @staticmethod
     def expect(config, stim):
+        """``o_y``: :func:`hwgen.ibert.golden.requant` of all rows (``scale_in`` to ``scale_out`` at
+        ``bits``, plus the identity branch when configured), packed like the input as ``y`` with
+        zero padding lanes and ``last`` on each row's final beat."""
         c = config
         y, _ = golden.requant(stim["q"], c.scale_in, c.scale_out, c.bits,
                               identity=stim.get("id"),

@@ -49,6 +49,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.divider import Divider, divider_cycles
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from . import golden
@@ -698,7 +699,7 @@ def softmax_row(rng, kind, length, config):
     return np.clip(row, lo, hi).astype(np.int64)
 
 
-class SoftmaxModel:
+class SoftmaxModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Softmax`. An item is a row."""
 
     result_port = "o_y"
@@ -752,10 +753,16 @@ class SoftmaxModel:
 
     @classmethod
     def inputs(cls, config, stim):
+        """``i_x``: each row in ``ceil(len / lanes)`` beats of ``lanes`` elements ``q`` (padding
+        lanes from ``stim["pad"]``), ``last`` on the row's final beat and, with more than one lane,
+        ``count`` = the beat's elements."""
         return {"i_x": cls._beats(config, stim["rows"], "q", stim["pad"])}
 
     @classmethod
     def expect(cls, config, stim):
+        """``o_y``: :func:`hwgen.ibert.golden.int_softmax` of each row on its own (``scale``,
+        ``output_bits``, ``act_scale`` = the config's ``act``), in the input's beats as ``y`` with
+        zero padding lanes, ``last`` and ``count`` as on input."""
         c = config
         ys = [golden.int_softmax(row[None, :], c.scale, c.output_bits, act_scale=c.act)[0][0]
               for row in stim["rows"]]

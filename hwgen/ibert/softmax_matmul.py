@@ -26,6 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from . import golden
 from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
@@ -279,7 +280,7 @@ class SoftmaxMatmul(wiring.Component):
         return m
 
 
-class SoftmaxMatmulModel:
+class SoftmaxMatmulModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`SoftmaxMatmul` for the testbench.
 
     The item unit of ``hwgen sim --items`` is one row of P (one row of O): ``items`` rows are
@@ -342,6 +343,10 @@ class SoftmaxMatmulModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_p``: each row of P in ``ceil(M_k / pes)`` beats of ``pes`` lanes ``p`` (the row, then
+        its ``junk``), ``last`` on the row's final beat, ``last_row`` on every beat of the head's
+        final row; ``i_v``: one beat per row of V (``head_dim`` int8 lanes ``v``), ``last`` on the
+        head's final row."""
         c = config
         p_beats = []
         for p, junk in zip(stim["p"], stim["junk"]):
@@ -356,6 +361,8 @@ class SoftmaxMatmulModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_o``: per head ``O = P @ V`` (int64 numpy), one row of ``head_dim`` int32 lanes ``o``
+        per beat, ``last`` on the head's final row."""
         beats = []
         for p, v in zip(stim["p"], stim["v"]):
             o = np.asarray(p, dtype=np.int64) @ np.asarray(v, dtype=np.int64)

@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 from ..boards import board_names
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.axi import AXI4Signature
 from . import golden
 from .model import RecModel, Table
@@ -569,7 +570,7 @@ class Embedding(wiring.Component):
                         m.d.comb += [info.r_en.eq(load), done.eq(load)]
 
 
-class EmbeddingModel:
+class EmbeddingModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Embedding`.
 
     The item unit of ``hwgen sim --items`` is one inference: one ``i_query`` beat, ``ceil(L /
@@ -607,6 +608,8 @@ class EmbeddingModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_query``: one beat per inference, ``indices`` (one per table) and, when the model has
+        dense features, ``dense``; no TLAST."""
         beats = []
         for idx, dense in zip(stim["indices"], stim["dense"]):
             beat = {"indices": idx.tolist()}
@@ -617,6 +620,10 @@ class EmbeddingModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_emb``: per inference :func:`hwgen.recsys.golden.embed` (each table's row, then the
+        dense features; out-of-range indices per ``oob``), zero-padded to ``out_beats * lanes``, in
+        ``out_beats`` beats of ``elem`` with ``last`` on the final one; with ``oob="flag"`` every
+        beat's ``error`` says whether any index was out of range."""
         model = config.rec_model
         vec = golden.embed(model, config.contents, stim["indices"], stim["dense"],
                            oob=config.oob)

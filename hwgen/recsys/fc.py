@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.intmath import ceil_div
 from ..lib.pipeline import adder_tree, delay
 from . import golden
@@ -454,7 +455,7 @@ class FC(wiring.Component):
         return out
 
 
-class FCModel:
+class FCModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`FC` for the testbench.
 
     The item unit of ``hwgen sim --items`` is one inference (one input vector).
@@ -498,6 +499,8 @@ class FCModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_x``: each vector in ``in_beats`` beats of ``lanes`` elements ``x`` (the vector, then
+        its ``junk`` padding), ``last`` on the vector's final beat."""
         c = config
         beats = []
         for x, junk in zip(stim["x"], stim["junk"]):
@@ -514,6 +517,9 @@ class FCModel:
 
     @classmethod
     def expect(cls, config, stim):
+        """``o_y``: :meth:`golden` (:func:`hwgen.recsys.golden.fc_layer` with the config's
+        ``parameters``, ``relu``, ``shift``, ``out_bits``) of every vector, zero-padded to
+        ``out_beats * lanes``, in ``out_beats`` beats of ``y`` with ``last`` on the final one."""
         c = config
         y = cls.golden(c, stim["x"])
         padded = np.zeros((len(y), c.out_beats * c.lanes), dtype=np.int64)

@@ -18,9 +18,10 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import SkidBuffer
 from . import golden, layouts
-from .queues import InsertPQ, InsertPQConfig, QueueConfig, SystolicPQ, SystolicPQConfig
+from .queues import InsertPQ, InsertPQConfig, SystolicPQ, SystolicPQConfig
 from .sizing import l1_queue_length
 
 __all__ = ["HierPQConfig", "HierPQ", "HierPQModel", "Alternator", "QueueMerger"]
@@ -275,7 +276,7 @@ class HierPQ(wiring.Component):
         return m
 
 
-class HierPQModel:
+class HierPQModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`HierPQ`."""
 
     result_port = "o_topk"
@@ -308,6 +309,8 @@ class HierPQModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_s0`` .. ``i_s{streams-1}``: per query, each stream's items (at least one) as
+        ``dist``/``id`` beats, ``last`` on the stream's final item of the query."""
         beats = {f"i_s{s}": [] for s in range(config.streams)}
         for streams in stim["queries"]:
             for s, (d, ids) in enumerate(streams):
@@ -317,6 +320,9 @@ class HierPQModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_topk``: per query :func:`hwgen.vecsearch.golden.hier_topk` (L1 queues keeping ``l1``
+        items, ``queues_per_stream`` per stream, then the L2 top ``k``), ascending by (distance,
+        id), as ``dist``/``id`` beats with ``last`` on the query's final result."""
         out = []
         for streams in stim["queries"]:
             d, i = golden.hier_topk(streams, config.k, config.l1, config.queues_per_stream)

@@ -9,13 +9,13 @@ the PQ decoding units load), row ``r`` holding ``m`` entries, each
 
 from dataclasses import dataclass
 
-import numpy as np
 from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from . import golden, layouts
 
@@ -251,7 +251,7 @@ def max_value_clamp(value, limit):
     return Mux(value > limit, limit, value)
 
 
-class LUTBuilderModel:
+class LUTBuilderModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`LUTBuilder` for the testbench."""
 
     result_port = "o_lut"
@@ -274,6 +274,9 @@ class LUTBuilderModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_centroids``: ``m * 256`` beats, sub-space major, ``elem`` = the ``dsub`` components
+        of one PQ centroid; ``i_query``: one beat per query, ``query`` and its coarse ``centroid``
+        (``dim`` elements each). Neither stream has TLAST."""
         cents = stim["pq_centroids"]
         return {
             "i_centroids": [{"elem": cents[i, r].tolist()}
@@ -284,6 +287,9 @@ class LUTBuilderModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_lut``: 256 beats per query (no TLAST); beat ``r``'s ``value`` is column ``r`` of
+        :func:`hwgen.vecsearch.golden.build_lut` of the residual ``query - centroid`` with
+        ``lut_shift`` and saturation to ``lut_bits``."""
         rows = []
         for q, cc in zip(stim["queries"], stim["coarse"]):
             lut = golden.build_lut(q - cc, stim["pq_centroids"], config.lut_shift,

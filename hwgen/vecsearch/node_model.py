@@ -7,13 +7,13 @@ quantizer. :func:`node_search` is the node's golden model: bit-exact, including 
 of codes to PQ units, the tags that break distance ties, and the approximate K-selection.
 """
 
-import hashlib
 import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..flow.model import SimOption, StreamModel
 from . import golden
 from .ivfpq import import_faiss, quantize_vectors, train_integer_ivfpq
 from .layout import pack_index, split_lists
@@ -204,19 +204,41 @@ def recall_at(found, truth, r):
     return float(np.mean(hits)) if hits else 0.0
 
 
-class ChamVSNodeModel:
+class ChamVSNodeModel(StreamModel):
     """Stream-level model of the node for ``hwgen sim``: metadata streams, queries, memory
     images and golden results, from the digits data set or a user's vectors."""
 
     result_port = "o_result"
     latency_from = "i_query"
-    #: ``hwgen sim`` options this model understands (besides ``--set``)
-    options = ("base", "queries", "nprobe")
+    sim_options = (
+        SimOption("base", ".npy database vectors, float or integer (default: the digits data "
+                  "set)", kind="path"),
+        SimOption("queries", ".npy query vectors (needs --base)", kind="path"),
+        SimOption("queries_count", "queries to run (= --items)", route="items"),
+        SimOption("nprobe", "lists probed per query (default: the configuration's "
+                  "nprobe_max)"),
+        SimOption("nlist", "IVF lists (= --set nlist=N)", route="set"),
+        SimOption("k", "results per query (= --set k=N)", route="set"),
+        SimOption("m", "PQ sub-spaces (= --set m=N)", route="set"),
+    )
+    #: queries are bounded by the data: no memory trial
+    memory_trial = False
     sample_signals = ("stat_cycles", "stat_lut", "stat_scan", "stat_drain", "stat_words",
                       "stat_starve", "stat_wait")
 
     @staticmethod
+    def sim_sets(options, sets):
+        """``--base`` sets the vector dimension from the file unless ``--set dim=`` does."""
+        if options.get("base") is None or any(s.startswith("dim=") for s in sets):
+            return []
+        return [f"dim={load_vectors(options['base'], 'base').shape[1]}"]
+
+    @staticmethod
     def stimulus(config, items, rng, base=None, queries=None, nprobe=None):
+        """``{"data": NodeData, "results": list}``: :func:`prepare` of the digits data set, or of
+        ``base``/``queries`` (``.npy`` paths or arrays), with ``items`` queries drawn by ``rng`` and
+        ``nprobe`` lists probed each (default ``nprobe_max``); ``results`` holds
+        :func:`node_search`'s ``(distances, ids, tags)`` per query."""
         base = load_vectors(base, "base") if isinstance(base, str) else base
         queries = load_vectors(queries, "queries") if isinstance(queries, str) else queries
         data = prepare(config, base=base, queries=queries, nprobe=nprobe, count=items, rng=rng)
@@ -225,6 +247,11 @@ class ChamVSNodeModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_pq``: ``m * 256`` beats, sub-space major, ``elem`` = one PQ centroid; ``i_coarse``:
+        one beat per list, ``elem`` = its coarse centroid; ``i_table``: the layout's address-table
+        entries (``code_word``, ``count``, ``id_word``; list major); ``i_query``: per query
+        ``query``, ``nprobe`` and ``lists`` (the probed lists, 0-padded to ``nprobe_max``). No
+        TLAST."""
         c, data = config, stim["data"]
         idx = data.index
         pad = np.zeros(c.nprobe_max, dtype=np.int64)
@@ -243,6 +270,9 @@ class ChamVSNodeModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_result``: per query the ``(distances, ids)`` :func:`node_search` gave in
+        :meth:`stimulus` (ascending by distance, then tag), as ``dist``/``id`` beats with ``last``
+        on the query's final result."""
         out = []
         for d, ids, _ in stim["results"]:
             out += [{"dist": int(a), "id": int(b), "last": int(j == len(d) - 1)}

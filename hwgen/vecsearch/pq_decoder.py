@@ -14,7 +14,7 @@ from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
-from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from . import golden, layouts
 
@@ -214,7 +214,7 @@ class PQDecoder(wiring.Component):
         return m
 
 
-class PQDecoderModel:
+class PQDecoderModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`PQDecoder` for the testbench."""
 
     result_port = "o_dist"
@@ -258,6 +258,9 @@ class PQDecoderModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_lut``: per scan, 256 beats (no TLAST) whose ``value`` is ``lut[:, r]``, entry ``r``
+        of every sub-space; ``i_codes``: one beat per code, ``code`` (``m`` bytes) and its ``tag``,
+        with ``last`` on each scan's final code."""
         rows = [{"value": lut[:, r].tolist()} for lut in stim["luts"] for r in range(256)]
         beats, n = [], 0
         for scan in stim["codes"]:
@@ -269,6 +272,9 @@ class PQDecoderModel:
 
     @staticmethod
     def expect(config, stim):
+        """``o_dist``: one beat per code, ``dist`` = :func:`hwgen.vecsearch.golden.pq_distances` of
+        the code with its scan's LUT, the code's ``tag``, ``last`` on each scan's final code; with
+        ``forward_lut`` also ``o_lut``, the ``i_lut`` beats unchanged."""
         out, n = [], 0
         for lut, scan in zip(stim["luts"], stim["codes"]):
             dists = golden.pq_distances(scan, lut)

@@ -23,6 +23,7 @@ from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
+from ..flow.model import StreamModel
 from . import golden, layouts
 
 __all__ = ["QueueConfig", "SystolicPQConfig", "InsertPQConfig", "SystolicPQ", "InsertPQ",
@@ -299,7 +300,7 @@ class InsertPQ(_Queue):
         return m
 
 
-class QueueModel:
+class QueueModel(StreamModel):
     """Stream-level golden model and stimulus shared by ``systolic-pq`` and ``insert-pq``."""
 
     result_port = "o_topk"
@@ -340,12 +341,17 @@ class QueueModel:
 
     @staticmethod
     def inputs(config, stim):
+        """``i_items``: one beat per item, queries in order, ``dist`` and ``id``, with ``last`` on
+        each query's final item."""
         return {"i_items": [{"dist": int(d), "id": int(i), "last": int(j == len(ds) - 1)}
                             for ds, ids in stim["queries"]
                             for j, (d, i) in enumerate(zip(ds, ids))]}
 
     @staticmethod
     def expect(config, stim):
+        """``o_topk``: per query its ``min(k, n)`` smallest items, ascending by (distance, id)
+        (:func:`hwgen.vecsearch.golden.topk`, exact for 64-bit values), as ``dist``/``id`` beats
+        with ``last`` on the query's final result."""
         out = []
         for ds, ids in stim["queries"]:
             d, i = _topk_u64(ds, ids, config.k)
