@@ -14,8 +14,9 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 # command:Debian package pairs installed by `make setup` when missing (as root): yosys for
 # resource reports, graphviz for cluster graph pictures, Open MPI (mpirun, and mpicc to build
-# mpi4py) as the outside reference of the GMI collectives.
-DEBIAN_TOOLS := yosys:yosys dot:graphviz mpirun:openmpi-bin mpicc:libopenmpi-dev
+# mpi4py) as the outside reference of the GMI collectives, ccache so that Verilator builds
+# compile its runtime once (hwgen/flow/tools.py:use_ccache).
+DEBIAN_TOOLS := yosys:yosys dot:graphviz mpirun:openmpi-bin mpicc:libopenmpi-dev ccache:ccache
 MPI4PY  := mpi4py==4.1.2
 
 # Names of the registered accelerators; registry.py imports nothing outside the standard

@@ -71,7 +71,23 @@ def use_verilator():
     path = os.environ.get("PATH", "")
     if str(exe.parent) not in path.split(os.pathsep):
         os.environ["PATH"] = str(exe.parent) + os.pathsep + path
+    use_ccache()
     return getattr(verilator, "__version__", "unknown")
+
+
+def use_ccache():
+    """Compile Verilated models through ccache when it is installed (``make setup`` installs
+    it as root): every build compiles the same Verilator runtime (``verilated.cpp``,
+    ``verilated_vpi.cpp``, ... about 6.5 s of CPU) and only the model's own files differ.
+    The ccache folder is ``<cache>/ccache`` (beside the builds) unless ``CCACHE_DIR`` is set;
+    ``OBJCACHE`` set by the user (empty to switch it off) is kept. Returns whether it is on."""
+    if "OBJCACHE" not in os.environ:
+        if shutil.which("ccache") is None:
+            return False
+        os.environ["OBJCACHE"] = "ccache"
+    if os.environ["OBJCACHE"] == "ccache":
+        os.environ.setdefault("CCACHE_DIR", str(cache_dir() / "ccache"))
+    return os.environ["OBJCACHE"] != ""
 
 
 def yosys_path():
