@@ -16,7 +16,8 @@ the embedding kernel's banks) read a C++ model of an AXI4 read slave over the mo
 image (INCR bursts, up to 8 outstanding requests, random latency of 2..17 cycles, random
 ARREADY drops and R pauses with the same ``stall``); side signals a model samples
 (``sample_signals``: status and performance counters) are read as the cocotb monitor reads
-them, one cycle after each TLAST beat of the result port. Memory-mapped Vitis kernels and
+them, one cycle after each TLAST beat of the result port. With ``waves`` a ``--trace`` build of
+its own writes ``dump.vcd`` (every signal, a 4 ns clock). Memory-mapped Vitis kernels and
 cluster runs keep their cocotb testbenches. The random streams differ from cocotb's,
 so the two engines see different stall patterns for one seed; both must give zero mismatches.
 """
@@ -60,8 +61,10 @@ def _port_view(stream):
             "tlast": bool(stream["tlast"]), "sidebands": sidebands}
 
 
-def build_native(acc, config, *, log=None):
-    """Emit ``config``'s Verilog and compile it with the generated testbench (cached)."""
+def build_native(acc, config, *, waves=False, log=None):
+    """Emit ``config``'s Verilog and compile it with the generated testbench (cached). With
+    ``waves`` the model is built with ``--trace`` (a separate build) and the testbench writes
+    ``dump.vcd`` into the run folder."""
     work = cache_dir() / f"{acc.name}-{config.digest()}"
     v_path, ports = emit_verilog(acc.build_core(config), acc.top_name, work / "rtl")
     streams = [_port_view(s) for s in ports["streams"]]
@@ -77,12 +80,12 @@ def build_native(acc, config, *, log=None):
                 for sig in ports.get("signals", []) if sig["name"].endswith("_arvalid")]
     max_words = max([s["words"] for s in streams] + [m["words"] for m in memories] + [2])
     source = render(_TEMPLATE, top=acc.top_name, sample=sample, memories=memories,
-                    max_words=max_words,
+                    max_words=max_words, waves=waves,
                     inputs=[s for s, p in zip(streams, ports["streams"]) if p["direction"] == "in"],
                     outputs=[s for s, p in zip(streams, ports["streams"])
                              if p["direction"] == "out"])
-    build_dir = work / "native"
-    with file_lock(work / ".native.lock"):
+    build_dir = work / ("native-waves" if waves else "native")
+    with file_lock(work / f".{build_dir.name}.lock"):
         build_dir.mkdir(parents=True, exist_ok=True)
         key = hashlib.sha256(v_path.read_bytes() + source.encode() +
                              " ".join(VERILATOR_ARGS).encode()).hexdigest()
@@ -96,7 +99,8 @@ def build_native(acc, config, *, log=None):
         use_verilator()
         start = time.monotonic()
         cmd = ["verilator", "--cc", "--exe", "--build", "-j", str(min(2, os.cpu_count() or 1)),
-               *VERILATOR_ARGS, "--top-module", acc.top_name, "-Mdir", str(build_dir / "obj"),
+               *VERILATOR_ARGS, *(["--trace"] if waves else []), "--top-module", acc.top_name,
+               "-Mdir", str(build_dir / "obj"),
                "-o", str(exe), "-CFLAGS", "-O2", str(v_path), str(build_dir / "harness.cpp")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         (build_dir / "build.log").write_text(proc.stdout + proc.stderr)

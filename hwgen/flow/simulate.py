@@ -117,15 +117,12 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     checks.probability("stall", stall)
     if engine not in ENGINES:
         raise ConfigError("engine", "must be one of " + ", ".join(ENGINES), value=engine)
-    if engine == "native":
-        if waves:
-            raise ConfigError("waves", "needs --engine cocotb (the native engine dumps none)")
     model = acc.model
     # stimulus and golden model first: bad data or options fail before the Verilator build
     work = workload(acc, config, items=items, seed=seed, stimulus_options=stimulus_options,
                     stimulus=stimulus, log=log)
     items, stim, inputs, expected = work.items, work.stim, work.inputs, work.expected
-    build = build_native(acc, config, log=log) if engine == "native" else \
+    build = build_native(acc, config, waves=waves, log=log) if engine == "native" else \
         build_sim(acc, config, waves=waves, log=log)
     formats = build.stream_formats()
 
