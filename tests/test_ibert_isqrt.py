@@ -26,6 +26,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hwgen.config import Config, param
+from hwgen.flow.model import StreamModel
 from hwgen.flow.simulate import simulate
 from hwgen.flow.tools import cache_dir
 from hwgen.ibert import golden
@@ -148,7 +149,7 @@ class IsqrtHarness(wiring.Component):
         return m
 
 
-class IsqrtModel:
+class IsqrtModel(StreamModel):
     result_port = "o_root"
     latency_from = "i_v"
 

@@ -18,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from .packet import INTER_CLUSTER_BIT, MALFORMED_KINDS, packet_layout
 
 __all__ = ["SwitchConfig", "KernelSwitch", "PacketFilter", "DROP_KINDS", "COUNTER_BITS",
@@ -349,7 +350,7 @@ class PacketFilter(wiring.Component):
 
 
 
-class SwitchModel:
+class SwitchModel(StreamModel):
     """Stimulus and expectation of a :class:`KernelSwitch` test: every input sends random
     packets (TID = the input's index, TDEST any id of ``route_map`` or, one in ten, an
     unmapped id). Arbitration interleaves inputs, so :meth:`expect` gives each output's

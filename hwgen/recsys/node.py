@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 from ..boards import board_names
 from ..config import Config, param
 from ..errors import ConfigError
+from ..flow.model import StreamModel
 from ..lib.axi import AXI4Signature
 from . import golden
 from .embedding import ADDR_BITS, Embedding, EmbeddingConfig, EmbeddingModel
@@ -257,7 +258,7 @@ class NodeTop(wiring.Component):
         return m
 
 
-class NodeModel:
+class NodeModel(StreamModel):
     """Stream-level model of one run of a :class:`NodeTop` (for :func:`hwgen.flow.simulate.
     simulate` with ``stimulus=``): only the blocks named in the stimulus get inputs and are
     expected to produce outputs; the other ports stay idle and must stay silent.
