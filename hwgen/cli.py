@@ -821,5 +821,10 @@ def demo(queries, stall, seed):
         raise SimulationMismatch("the node's results differ from its golden model")
 
 
+from .host.windve.cli import serve  # noqa: E402  (its commands use reports_errors, above)
+
+main.add_command(serve)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,227 @@
+"""``hwgen serve run | stress | calibrate``: the WindVE embedding service from the command line."""
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import click
+
+from ... import checks
+from ...errors import ConfigError
+
+__all__ = ["serve"]
+
+DEPTH_ALIASES = {"main": "main", "accelerator": "main", "npu": "main", "gpu": "main",
+                 "fpga": "main", "cpu": "cpu", "aux": "cpu"}
+DEFAULT_DEPTHS = {"main": 16, "cpu": 4}
+
+
+def _log(line):
+    click.echo(f"  {line}", err=True)
+
+
+def parse_depths(text):
+    """``main=16,cpu=4`` (``npu``/``gpu``/``accelerator`` name the main queue) -> dict."""
+    depths = dict(DEFAULT_DEPTHS)
+    if not text:
+        return depths
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in DEPTH_ALIASES:
+            raise ConfigError("depths", "expected main=N,cpu=N (main may be written npu, gpu "
+                              "or accelerator)", value=text)
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ConfigError("depths", f"{key} must be a whole number >= 1", value=text)
+        depths[DEPTH_ALIASES[key]] = int(value)
+    return depths
+
+
+def _plan(devices, heterogeneous):
+    from . import devices as dev
+    instances = dev.parse_devices(devices) if devices else dev.detect()
+    plan = dev.plan(instances, heterogeneous)
+    for line in dev.describe(plan):
+        _log(line)
+    if plan.note:
+        _log(plan.note)
+    return plan
+
+
+def _check_port(host, port):
+    checks.at_least("port", port, 1, 65535)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ConfigError("port", f"cannot listen on {host}:{port}: {e.strerror}",
+                              value=port) from None
+
+
+@click.group()
+def serve():
+    """WindVE: embedding serving that overflows peak load from the accelerator to the CPU."""
+
+
+def _reports(fn):
+    from ...cli import reports_errors
+    return reports_errors(fn)
+
+
+@serve.command("run")
+@click.option("--devices", help="Declared instances, e.g. cpu:1,cpu:1 or gpu:0,cpu:8@0-7 "
+              "(KIND[:THREADS or INDEX][@CORES]); default: detect. With only CPU instances "
+              "declared, the first one emulates the accelerator.")
+@click.option("--heterogeneous/--no-heterogeneous", default=False, show_default=True,
+              help="Overflow to the CPU queue when the main queue is full.")
+@click.option("--depths", help="Queue depths in texts, main=N,cpu=N (default main=16,cpu=4; "
+              "`hwgen serve calibrate` measures them).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8088, show_default=True)
+@click.option("--max-batch", type=int, default=32, show_default=True,
+              help="Texts per instance batch.")
+@click.option("--max-wait-ms", type=float, default=5.0, show_default=True,
+              help="How long an instance waits for its batch to fill.")
+@click.option("--max-texts", type=int, default=64, show_default=True,
+              help="Texts per request.")
+@click.option("--truncate", is_flag=True, help="Cut texts over 256 tokens (as "
+              "sentence-transformers does) instead of answering 413.")
+@_reports
+def serve_run(devices, heterogeneous, depths, host, port, max_batch, max_wait_ms, max_texts,
+              truncate):
+    """Serve POST /v1/embeddings, GET /metrics and GET /health until interrupted."""
+    import uvicorn
+    from .service import EmbeddingService, create_app
+    depth = parse_depths(depths)
+    checks.at_least("max_batch", max_batch, 1)
+    checks.at_least("max_texts", max_texts, 1)
+    if not max_wait_ms >= 0:
+        raise ConfigError("max_wait_ms", "must be >= 0", value=max_wait_ms)
+    _check_port(host, port)
+    plan = _plan(devices, heterogeneous)
+    service = EmbeddingService(plan, depth, max_batch=max_batch, max_wait=max_wait_ms / 1000,
+                               max_texts=max_texts, truncate=truncate).start(log=_log)
+    queues = ", ".join(f"{q.name} depth {q.depth}" for q in service.manager.queues)
+    click.echo(f"WindVE serving {len(service.runners)} instances ({queues}; heterogeneous "
+               f"{'on' if service.manager.heterogeneous else 'off'}) on http://{host}:{port}",
+               err=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host=host, port=port,
+                                           log_level="warning", access_log=False))
+    # uvicorn handles SIGINT/SIGTERM while serving (stop accepting, finish the requests in
+    # flight) and re-raises the signal afterwards; this handler takes it, so the queues are
+    # drained below and the command exits 0 instead of with a KeyboardInterrupt.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        _log("draining: answering every accepted request ...")
+        service.drain(timeout=120)
+        _log(f"stopped; {json.dumps(service.health()['queues'])}")
+
+
+def _check_inputs(slos, json_path, plot_path):
+    """SLOs must be positive; output files must be writable (checked before anything runs)."""
+    for slo in slos:
+        if not slo > 0:
+            raise ConfigError("slo", "must be > 0 seconds", value=slo)
+    for path, name in ((json_path, "json"), (plot_path, "plot")):
+        if path:
+            checks.output_file(name, path)
+
+
+def _levels(text):
+    try:
+        levels = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ConfigError("concurrency", "expected a comma-separated list of integers",
+                          value=text) from None
+    if not levels or levels[0] < 1:
+        raise ConfigError("concurrency", "needs at least one level, all >= 1", value=text)
+    return levels
+
+
+@serve.command("stress")
+@click.option("--url", default="http://127.0.0.1:8088", show_default=True)
+@click.option("--slo", type=float, default=1.0, show_default=True,
+              help="End-to-end latency limit in seconds.")
+@click.option("--concurrency", "levels", default="1,2,4,8,12,16,20,24,28,32,40,48,56,64",
+              show_default=True, help="Closed-loop concurrency levels.")
+@click.option("--rounds", type=int, default=2, show_default=True,
+              help="Closed-loop rounds per level.")
+@click.option("--burst", type=int, help="Also send open-loop bursts of this many requests "
+              "(10 bursts, 0.2 s apart) and count the answers.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False))
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="PNG of latency against concurrency, main-only and heterogeneous.")
+@_reports
+def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
+    """Closed-loop stress test of a running service: main-only vs heterogeneous."""
+    from . import stress
+    _check_inputs([slo], json_path, plot_path)
+    checks.at_least("rounds", rounds, 1)
+    texts = stress.default_texts()
+    report = asyncio.run(stress.run_stress(url, slo, _levels(levels), texts, rounds=rounds,
+                                           progress=_log))
+    if burst:
+        checks.at_least("burst", burst, 1)
+        report["open_loop"] = asyncio.run(stress.open_loop(url, 10, burst, 0.2, texts))
+        for key in ("sent", "ok", "rejected", "errors"):
+            report[key] += report["open_loop"][key]
+    best = report["max_concurrency"]
+    gain = report["improvement_percent"]
+    click.echo(f"SLO {slo:g} s: maximum concurrency main-only {best['main_only']}, "
+               f"heterogeneous {best['heterogeneous']}"
+               + (f" (+{gain:.1f}%)" if gain is not None else "")
+               + f"; sent {report['sent']}, 200 {report['ok']}, 429 {report['rejected']}, "
+               f"errors {report['errors']}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
+    if plot_path:
+        stress.plot_stress(report, plot_path)
+        click.echo(f"plot: {plot_path}")
+    if report["ok"] + report["rejected"] + report["errors"] != report["sent"]:
+        click.echo("hwgen: error: answers do not add up to the requests sent", err=True)
+        sys.exit(1)
+
+
+@serve.command("calibrate")
+@click.option("--devices", help="As for `hwgen serve run`.")
+@click.option("--heterogeneous/--no-heterogeneous", default=True, show_default=True,
+              help="Also calibrate the CPU (auxiliary) instances.")
+@click.option("--slo", "slos", type=float, multiple=True, help="SLO in seconds "
+              "(repeatable; default 1 and 2, the paper's).")
+@click.option("--max-profile", type=int, default=32, show_default=True,
+              help="Largest concurrency profiled for the fit.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False))
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="PNG of latency against concurrency per device with the fitted lines.")
+@_reports
+def serve_calibrate(devices, heterogeneous, slos, max_profile, json_path, plot_path):
+    """Fit t = alpha*C + beta per device, predict the queue depths, compare with a stress
+    test in steps of 8 (the paper's Table 3)."""
+    from . import stress
+    from .calibrate import calibrate, plot_calibration
+    slos = slos or (1.0, 2.0)
+    _check_inputs(slos, json_path, plot_path)
+    checks.at_least("max_profile", max_profile, 2)
+    plan = _plan(devices, heterogeneous)
+    result = calibrate(plan, slos, stress.default_texts(), max_profile=max_profile,
+                       progress=_log)
+    for line in result["table"]:
+        click.echo(line)
+    for d in result["devices"]:
+        click.echo(f"{d['role']} ({'+'.join(d['instances'])}): alpha {d['alpha']:.5f} s per "
+                   f"request, beta {d['beta']:.4f} s")
+    first = slos[0]
+    click.echo(f"for an SLO of {first:g} s: hwgen serve run --depths " + ",".join(
+        f"{d['role']}={d['depths'][first]['final']}" for d in result["devices"]))
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    if plot_path:
+        plot_calibration(result, plot_path)
+        click.echo(f"plot: {plot_path}")

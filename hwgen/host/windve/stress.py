@@ -1,0 +1,371 @@
+"""HTTP load generator for a WindVE embedding service: closed and open loops, main-only vs
+heterogeneous.
+
+The service answers ``POST {url}/v1/embeddings`` (OpenAI-compatible body ``{"input": text,
+"model": ...}``) with 200 and the embedding, or 429 (with ``Retry-After``) when every queue is
+full. Every request sent here carries one text.
+
+Closed loop (:func:`closed_loop`, the paper's workload, section 5.1.3): ``concurrency``
+requests are sent at once and the next round starts only when all of them are answered, so
+at most ``concurrency`` requests are ever in flight; the largest concurrency whose every
+request is answered 200 within the SLO is the system's maximum concurrency (equation 6's
+``C``, :func:`max_concurrency`). Open loop (:func:`open_loop`): bursts of requests at a fixed
+interval without waiting for answers, so the load does not slow down when the service does
+(the offered load of a real peak).
+
+Route header: ``X-WindVE-Route: main`` asks the service to use only its main (accelerator)
+queue, never the CPU overflow queue. One service thus measures both the paper's baseline
+(main-only) and WindVE (heterogeneous, no header); :func:`run_stress` runs both and reports
+the concurrency improvement, :func:`plot_stress` draws it.
+
+Accounting guarantee: every request sent is counted exactly once, as ``ok`` (200 with an
+embedding), ``rejected`` (429) or ``errors`` (any other status, a 200 whose body is not one
+embedding, a transport failure or a timeout), so ``ok + rejected + errors == sent`` in every
+result. Latencies are end to end (request sent to answer read), in seconds; the percentiles
+are over the 200 answers only.
+"""
+
+import asyncio
+import math
+import random
+import time
+from collections import Counter
+
+import httpx
+
+from ... import checks
+from ...errors import ConfigError
+
+__all__ = ["ROUTE_HEADER", "closed_loop", "open_loop", "max_concurrency", "run_stress",
+           "plot_stress", "default_texts"]
+
+#: The request header that restricts a request to one queue (``main``: the accelerator).
+ROUTE_HEADER = "X-WindVE-Route"
+#: The ``model`` field sent in every request.
+MODEL = "all-MiniLM-L6-v2"
+#: Levels that miss the SLO in a row after which :func:`run_stress` stops a route.
+MISSES_TO_STOP = 2
+
+
+def _check_common(url, texts, route, timeout):
+    """Validate the arguments shared by the loops; returns the endpoint URL."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError("url", "must be an http:// or https:// URL", value=url)
+    if (not isinstance(texts, (list, tuple)) or not texts
+            or not all(isinstance(t, str) and t for t in texts)):
+        raise ConfigError("texts", "must be a non-empty list of non-empty strings")
+    if route is not None and (not isinstance(route, str) or not route.strip()):
+        raise ConfigError("route", "must be None or a non-empty string", value=route)
+    checks.positive("timeout", timeout)
+    return url.rstrip("/") + "/v1/embeddings"
+
+
+def _client(timeout, connections):
+    """An AsyncClient whose pool holds ``connections`` connections (so no request waits for a
+    free connection inside the load generator)."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits)
+
+
+def _is_one_embedding(response):
+    """Whether a 200 answer's body holds exactly one embedding (a list of numbers)."""
+    try:
+        data = response.json()["data"]
+        vector = data[0]["embedding"]
+        return len(data) == 1 and isinstance(vector, list) and len(vector) > 0
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
+
+
+async def _send(client, endpoint, text, headers):
+    """One request; returns ``(status, seconds)``: status is the HTTP status (``"invalid"`` for
+    a 200 without one embedding) or ``"timeout"``/``"error"`` for a transport failure."""
+    start = time.perf_counter()
+    try:
+        response = await client.post(endpoint, json={"input": text, "model": MODEL},
+                                      headers=headers)
+    except httpx.TimeoutException:
+        return "timeout", time.perf_counter() - start
+    except (httpx.HTTPError, OSError):
+        return "error", time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    status = response.status_code
+    if status == 200 and not _is_one_embedding(response):
+        status = "invalid"
+    return status, seconds
+
+
+def _nearest_rank(sorted_values, q):
+    """The ``q``-th percentile (0 < q <= 100) by the nearest-rank rule; None if empty."""
+    if not sorted_values:
+        return None
+    return sorted_values[max(0, math.ceil(q / 100 * len(sorted_values)) - 1)]
+
+
+def _summary(records):
+    """Counts and latency statistics of ``(status, seconds)`` records (see the module doc)."""
+    statuses = Counter(str(status) for status, _ in records)
+    latencies = sorted(seconds for status, seconds in records if status == 200)
+    sent, ok, rejected = len(records), statuses.get("200", 0), statuses.get("429", 0)
+    return {"sent": sent, "ok": ok, "rejected": rejected, "errors": sent - ok - rejected,
+            "statuses": dict(sorted(statuses.items())),
+            "p50": _nearest_rank(latencies, 50), "p99": _nearest_rank(latencies, 99),
+            "max": latencies[-1] if latencies else None,
+            "mean": sum(latencies) / len(latencies) if latencies else None}
+
+
+async def _closed_loop(client, endpoint, concurrency, texts, route, rounds):
+    headers = {ROUTE_HEADER: route} if route is not None else {}
+    records = []
+    start = time.perf_counter()
+    for r in range(rounds):
+        batch = [texts[(r * concurrency + i) % len(texts)] for i in range(concurrency)]
+        records += await asyncio.gather(*(_send(client, endpoint, t, headers) for t in batch))
+    result = {"concurrency": concurrency, "route": route, "rounds": rounds}
+    result.update(_summary(records))
+    result.update(met_slo=None, seconds=time.perf_counter() - start)
+    return result
+
+
+async def closed_loop(url, concurrency, texts, *, route=None, rounds=1, timeout=30.0):
+    """Closed loop: ``rounds`` times, ``concurrency`` single-text requests at once to
+    ``{url}/v1/embeddings``, the next round once all are answered.
+
+    ``texts`` are cycled over the requests; ``route`` (e.g. ``"main"``) is sent as the
+    ``X-WindVE-Route`` header when given; ``timeout`` bounds each request (seconds).
+
+    Returns ``{"concurrency", "route", "rounds", "sent", "ok", "rejected", "errors",
+    "statuses": {status: count}, "p50", "p99", "max", "mean", "met_slo", "seconds"}``:
+    ``ok``/``rejected`` count 200/429 answers, ``errors`` everything else (so ``ok + rejected
+    + errors == sent``); the latency figures (seconds, nearest-rank percentiles) are over the
+    200 answers, None if there are none; ``met_slo`` is None (:func:`run_stress` fills it);
+    ``seconds`` is the wall time of the whole loop.
+
+    Raises ConfigError naming the parameter for a URL that is not http(s), empty ``texts``,
+    ``concurrency``/``rounds`` not integers >= 1, a ``timeout`` not > 0 or an empty ``route``.
+    Transport failures are counted, never raised.
+    """
+    endpoint = _check_common(url, texts, route, timeout)
+    checks.at_least("concurrency", concurrency, 1)
+    checks.at_least("rounds", rounds, 1)
+    async with _client(timeout, concurrency) as client:
+        return await _closed_loop(client, endpoint, concurrency, texts, route, rounds)
+
+
+async def open_loop(url, bursts, burst_size, interval, texts, *, route=None, timeout=30.0):
+    """Open loop: ``bursts`` bursts of ``burst_size`` single-text requests, one burst every
+    ``interval`` seconds, without waiting for answers; then wait for all answers.
+
+    Bursts are scheduled from the start time (a late burst does not shift the later ones).
+    ``texts``, ``route`` and ``timeout`` are as for :func:`closed_loop`.
+
+    Returns the same counts and latency figures as :func:`closed_loop` (``ok + rejected +
+    errors == sent``) with ``bursts``, ``burst_size``, ``interval``, ``route``, ``seconds``
+    (wall time) and ``lateness`` (seconds the latest burst left after its scheduled time: a
+    large value means the load generator, not the service, was the bottleneck).
+
+    Raises ConfigError naming the parameter as :func:`closed_loop` does, and for ``bursts``/
+    ``burst_size`` not integers >= 1 or ``interval`` not a number >= 0.
+    """
+    endpoint = _check_common(url, texts, route, timeout)
+    checks.at_least("bursts", bursts, 1)
+    checks.at_least("burst_size", burst_size, 1)
+    checks.in_range("interval", interval, 0, math.inf)
+    headers = {ROUTE_HEADER: route} if route is not None else {}
+    total = bursts * burst_size
+    tasks, lateness = [], 0.0
+    async with _client(timeout, total) as client:
+        start = time.perf_counter()
+        for b in range(bursts):
+            delay = start + b * interval - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            lateness = max(lateness, time.perf_counter() - (start + b * interval))
+            tasks += [asyncio.create_task(_send(client, endpoint,
+                                                texts[(b * burst_size + i) % len(texts)],
+                                                headers))
+                      for i in range(burst_size)]
+        records = await asyncio.gather(*tasks)
+        seconds = time.perf_counter() - start
+    result = {"bursts": bursts, "burst_size": burst_size, "interval": interval, "route": route}
+    result.update(_summary(records))
+    result.update(seconds=seconds, lateness=lateness)
+    return result
+
+
+def _meets(result, slo):
+    """Whether a closed-loop level had every request answered 200 within ``slo`` seconds."""
+    return (result["sent"] > 0 and result["ok"] == result["sent"]
+            and result["max"] is not None and result["max"] <= slo)
+
+
+def max_concurrency(results, slo):
+    """The largest concurrency among ``results`` (closed-loop dicts) that meets ``slo``.
+
+    A concurrency meets it when every request of every result at that concurrency was answered
+    200 within ``slo`` seconds; any 429, error or slower answer fails it. Returns 0 when no
+    concurrency meets it (or ``results`` is empty).
+
+    Raises ConfigError naming ``slo`` unless it is a finite number > 0.
+    """
+    checks.positive("slo", slo)
+    verdict = {}
+    for result in results:
+        c = result["concurrency"]
+        verdict[c] = verdict.get(c, True) and _meets(result, slo)
+    return max((c for c, good in verdict.items() if good), default=0)
+
+
+_ROUTES = (("main_only", "main"), ("heterogeneous", None))
+
+
+async def run_stress(url, slo, concurrencies, texts, *, rounds=1, timeout=30.0, progress=None):
+    """Main-only vs heterogeneous maximum concurrency of one service, by closed loops.
+
+    For the route ``main`` (header ``X-WindVE-Route: main``, the paper's accelerator-only
+    baseline) and then no route (WindVE's heterogeneous dispatch), :func:`closed_loop` runs at
+    each of ``concurrencies`` in increasing order (``rounds`` rounds each); each level's
+    ``met_slo`` is set, and a route stops after two levels in a row miss the SLO. ``progress``,
+    if given, is called with one short line per level.
+
+    Returns ``{"slo", "rounds", "levels": {"main_only": [...], "heterogeneous": [...]},
+    "max_concurrency": {"main_only": a, "heterogeneous": b}, "improvement_percent",
+    "sent", "ok", "rejected", "errors"}``: the levels are :func:`closed_loop` results,
+    ``improvement_percent`` is ``100 * (b - a) / a`` (None if ``a == 0``) and the counts are
+    totals over every level of both routes (``ok + rejected + errors == sent``).
+
+    Raises ConfigError naming the parameter for a ``slo`` not > 0, ``concurrencies`` not a
+    non-empty sequence of integers >= 1, a non-callable ``progress``, or as
+    :func:`closed_loop` does.
+    """
+    checks.positive("slo", slo)
+    endpoint = _check_common(url, texts, None, timeout)
+    checks.at_least("rounds", rounds, 1)
+    if isinstance(concurrencies, (str, bytes)) or not hasattr(concurrencies, "__iter__"):
+        raise ConfigError("concurrencies", "must be a sequence of integers >= 1",
+                          value=concurrencies)
+    levels = sorted({checks.at_least("concurrencies", c, 1) for c in concurrencies})
+    if not levels:
+        raise ConfigError("concurrencies", "needs at least one level")
+    if progress is not None and not callable(progress):
+        raise ConfigError("progress", "must be a callable taking one line", value=progress)
+    report = {"slo": slo, "rounds": rounds, "levels": {}, "max_concurrency": {}}
+    async with _client(timeout, levels[-1]) as client:
+        for key, route in _ROUTES:
+            done, misses = [], 0
+            for c in levels:
+                result = await _closed_loop(client, endpoint, c, texts, route, rounds)
+                result["met_slo"] = _meets(result, slo)
+                done.append(result)
+                if progress is not None:
+                    worst = "-" if result["max"] is None else f"{result['max']:.3f} s"
+                    progress(f"{key}: concurrency {c}: {result['ok']}/{result['sent']} ok, "
+                             f"{result['rejected']} busy, {result['errors']} errors, "
+                             f"max {worst}: " + ("met" if result["met_slo"] else "missed"))
+                misses = 0 if result["met_slo"] else misses + 1
+                if misses >= MISSES_TO_STOP:
+                    break
+            report["levels"][key] = done
+            report["max_concurrency"][key] = max_concurrency(done, slo)
+    base, hetero = (report["max_concurrency"][key] for key, _ in _ROUTES)
+    report["improvement_percent"] = 100.0 * (hetero - base) / base if base else None
+    everything = [r for done in report["levels"].values() for r in done]
+    for count in ("sent", "ok", "rejected", "errors"):
+        report[count] = sum(r[count] for r in everything)
+    return report
+
+
+def plot_stress(report, path):
+    """Draw a :func:`run_stress` report: p50 and max latency of the 200 answers against
+    concurrency for both routes, the SLO as a horizontal line; saved as a PNG at ``path``.
+
+    Uses Matplotlib's Agg canvas directly (no pyplot, no global backend change). Levels with
+    no 200 answer have no latency and are left out of the lines; levels that missed the SLO
+    are marked with a cross. Returns ``path``.
+    """
+    fig, ax = new_axes()
+    styles = {"main_only": ("tab:blue", "main only"), "heterogeneous": ("tab:orange",
+                                                                        "heterogeneous")}
+    for key, levels in report["levels"].items():
+        color, label = styles.get(key, (None, key))
+        xs = [r["concurrency"] for r in levels]
+        for stat, line in (("p50", "--"), ("max", "-")):
+            ys = [math.nan if r[stat] is None else r[stat] for r in levels]
+            ax.plot(xs, ys, line, marker="o", ms=3, color=color, label=f"{label} {stat}")
+        missed = [(r["concurrency"], r["max"] if r["max"] is not None else report["slo"])
+                  for r in levels if not r["met_slo"]]
+        if missed:
+            ax.plot(*zip(*missed), "x", ms=8, color=color, label=f"{label} missed SLO")
+    ax.axhline(report["slo"], color="tab:red", lw=1, label=f"SLO {report['slo']:g} s")
+    best = report["max_concurrency"]
+    gain = report.get("improvement_percent")
+    ax.set_title(f"max concurrency: main only {best.get('main_only')}, heterogeneous "
+                 f"{best.get('heterogeneous')}" + (f" (+{gain:.1f}%)" if gain is not None
+                                                  else ""))
+    return save_axes(fig, ax, path, "concurrency (closed loop)", "end-to-end latency (s)")
+
+
+def new_axes():
+    """A Matplotlib figure and axes on the Agg canvas (no pyplot, no global backend)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(7, 4.5))
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def save_axes(fig, ax, path, xlabel, ylabel):
+    """Label, grid and legend ``ax`` and save ``fig`` as a PNG at ``path``; returns ``path``."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    return path
+
+
+_SUBJECTS = ["the engineer", "a small team", "the new service", "our customer", "the model",
+             "a curious student", "the night shift", "every query", "the old server",
+             "the research group", "a busy user", "the scheduler"]
+_VERBS = ["reviewed", "rebuilt", "measured", "summarised", "compared", "shipped", "described",
+          "tested", "explained", "indexed", "translated", "improved"]
+_OBJECTS = ["the quarterly report", "a long list of documents", "the search results",
+            "every failing test", "the latency budget", "a short product manual",
+            "the weather forecast", "the database schema", "the customer feedback",
+            "a set of vector embeddings", "the release notes", "the training data"]
+_TAILS = ["before the deadline", "in the afternoon", "with great care", "for the second time",
+          "without any help", "after a long meeting", "during the outage", "on a quiet day",
+          "at the end of the week", "for the whole department"]
+_JOINS = ["and", "while", "because", "so", "but", "although", "then"]
+
+
+def default_texts(n=64, seed=0):
+    """``n`` deterministic short English sentences of 8 to 40 words, for load generation.
+
+    Each sentence joins a few simple clauses (subject, verb, object, sometimes a time or manner
+    phrase) drawn from fixed word lists with ``random.Random(seed)``; the same ``n`` and
+    ``seed`` always give the same list, and a longer list starts with the shorter one.
+
+    Raises ConfigError naming ``n`` unless it is an integer >= 1.
+    """
+    checks.at_least("n", n, 1)
+    rng = random.Random(seed)
+
+    def clause():                                  # 5 to 15 words
+        words = f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}".split()
+        if rng.random() < 0.6:
+            words += rng.choice(_TAILS).split()
+        return words
+
+    texts = []
+    for _ in range(n):
+        target = rng.randint(8, 40)
+        words = clause()
+        while len(words) < target:
+            more = clause()
+            if len(words) + 1 + len(more) > 40:
+                break
+            words += [rng.choice(_JOINS)] + more
+        texts.append(" ".join(words).capitalize() + ".")
+    return texts
