@@ -188,6 +188,8 @@ def test_run_stress_and_plot(url, tmp_path):
     assert report["ok"] + report["rejected"] + report["errors"] == report["sent"]
     assert report["errors"] == 0
     assert len(lines) == 7 and lines[0].startswith("main_only: concurrency 4:")
+    for r in main + hetero:         # a level meets the SLO iff every request did
+        assert r["within_slo"] <= r["ok"] and r["met_slo"] == (r["within_slo"] == r["sent"])
     assert STATE.routes.count("main") == 18 and STATE.routes.count(None) == 28
     png = tmp_path / "stress.png"
     assert stress.plot_stress(report, png) == png

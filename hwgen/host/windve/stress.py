@@ -114,7 +114,7 @@ def _summary(records):
             "mean": sum(latencies) / len(latencies) if latencies else None}
 
 
-async def _closed_loop(client, endpoint, concurrency, texts, route, rounds):
+async def _closed_loop(client, endpoint, concurrency, texts, route, rounds, slo=None):
     headers = {ROUTE_HEADER: route} if route is not None else {}
     records = []
     start = time.perf_counter()
@@ -123,6 +123,8 @@ async def _closed_loop(client, endpoint, concurrency, texts, route, rounds):
         records += await asyncio.gather(*(_send(client, endpoint, t, headers) for t in batch))
     result = {"concurrency": concurrency, "route": route, "rounds": rounds}
     result.update(_summary(records))
+    if slo is not None:         # requests answered 200 within the SLO
+        result["within_slo"] = sum(1 for status, t in records if status == 200 and t <= slo)
     result.update(met_slo=None, seconds=time.perf_counter() - start)
     return result
 
@@ -254,14 +256,16 @@ async def run_stress(url, slo, concurrencies, texts, *, rounds=1, timeout=30.0, 
         for key, route in _ROUTES:
             done, misses = [], 0
             for c in levels:
-                result = await _closed_loop(client, endpoint, c, texts, route, rounds)
+                result = await _closed_loop(client, endpoint, c, texts, route, rounds, slo)
                 result["met_slo"] = _meets(result, slo)
                 done.append(result)
                 if progress is not None:
-                    worst = "-" if result["max"] is None else f"{result['max']:.3f} s"
+                    times = " ".join("-" if result[q] is None else f"{q} {result[q]:.3f} s"
+                                     for q in ("p50", "p99", "max"))
                     progress(f"{key}: concurrency {c}: {result['ok']}/{result['sent']} ok, "
                              f"{result['rejected']} busy, {result['errors']} errors, "
-                             f"max {worst}: " + ("met" if result["met_slo"] else "missed"))
+                             f"{result['within_slo']} within the SLO; {times}: "
+                             + ("met" if result["met_slo"] else "missed"))
                 misses = 0 if result["met_slo"] else misses + 1
                 if misses >= MISSES_TO_STOP:
                     break
