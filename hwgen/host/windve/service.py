@@ -169,7 +169,7 @@ class EmbeddingService:
         model = data.get("model", MODEL_NAME)
         if model not in (MODEL_NAME, f"sentence-transformers/{MODEL_NAME}"):
             return None, 0, (400, f"unknown model {str(model)[:80]!r}; this service runs "
-                               f"{MODEL_NAME}")
+                                  f"{MODEL_NAME}")
         texts = data.get("input")
         if isinstance(texts, str):
             texts = [texts]
@@ -182,7 +182,7 @@ class EmbeddingService:
             return None, 0, (400, f"{len(texts)} texts in one request; at most {self.max_texts}")
         if len(texts) > self.manager.largest_request():
             return None, 0, (413, f"{len(texts)} texts is more than any queue holds "
-                               f"({self.manager.largest_request()})")
+                                  f"({self.manager.largest_request()})")
         counts = count_tokens(texts)
         if not self.truncate:
             for k, n in enumerate(counts):
