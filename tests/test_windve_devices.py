@@ -1,6 +1,7 @@
 """WindVE device detector: the --devices declaration, the roles of plan() (paper section 4.3,
 following its text), detection on this machine."""
 
+import importlib.util
 import os
 
 import pytest
@@ -41,10 +42,10 @@ def test_parse_invalid(spec):
     assert err.value.param == "devices"
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None,
+                    reason="checks the refusal of npu:N where torch_npu is missing; this "
+                           "machine has torch_npu")
 def test_parse_npu_without_torch_npu():
-    import importlib.util
-    if importlib.util.find_spec("torch_npu") is not None:
-        pytest.skip("torch_npu is installed here")
     with pytest.raises(ConfigError, match="torch_npu"):
         parse_devices("npu:0")
 

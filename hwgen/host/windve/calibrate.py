@@ -16,7 +16,7 @@ import time
 
 from . import estimator
 from .queues import DeviceQueue, Request
-from .workers import InstanceRunner, InstanceWorker
+from .workers import start_runners, stop_runners
 
 __all__ = ["Profiler", "calibrate"]
 
@@ -29,11 +29,8 @@ class Profiler:
         self.name = name
         self.texts = texts
         self.queue = DeviceQueue(name, 1 << 30)
-        self.runners = [InstanceRunner(InstanceWorker(inst).start(), self.queue,
-                                       max_batch=max_batch, max_wait=max_wait)
-                        for inst in instances]
-        for runner in self.runners:
-            runner.start()
+        self.runners = start_runners(instances, self.queue, max_batch=max_batch,
+                                     max_wait=max_wait)
 
     def measure(self, concurrency, rounds=1):
         """Seconds until the slowest of ``concurrency`` simultaneous single-text requests is
@@ -52,9 +49,7 @@ class Profiler:
 
     def close(self):
         self.queue.close()
-        for runner in self.runners:
-            runner.join(30)
-            runner.worker.stop()
+        stop_runners(self.runners, 30)
 
 
 def calibrate(plan, slos, texts, *, max_profile=32, points=5, step=8, rounds=2, limit=512,

@@ -34,8 +34,9 @@ import time
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
                                Histogram, generate_latest)
 
+from .model import MAX_TOKENS, count_tokens
 from .queues import BUSY, DeviceQueue, QueueManager, Request
-from .workers import InstanceFailed, InstanceRunner, InstanceWorker
+from .workers import InstanceFailed, start_runners, stop_runners
 
 __all__ = ["MODEL_NAME", "EmbeddingService", "create_app"]
 
@@ -95,18 +96,13 @@ class EmbeddingService:
 
     def start(self, log=None):
         """Spawn every instance's worker (loading the model copies) and its runner."""
-        roles = [(inst, self.manager.main) for inst in self.plan.main]
+        roles = [(self.plan.main, self.manager.main)]
         if self.manager.cpu is not None:
-            roles += [(inst, self.manager.cpu) for inst in self.plan.auxiliary]
-        for inst, queue in roles:
-            worker = InstanceWorker(inst, truncate=self.truncate).start()
-            if log:
-                log(f"{queue.name} queue: {inst.name} ready (pid {worker.pid}, model loaded "
-                    f"in {worker.load_seconds:.1f} s)")
-            runner = InstanceRunner(worker, queue, on_batch=self._on_batch,
-                                    on_restart=self._on_restart, **self._runner_opts)
-            runner.start()
-            self.runners.append(runner)
+            roles.append((self.plan.auxiliary, self.manager.cpu))
+        for instances, queue in roles:
+            self.runners += start_runners(
+                instances, queue, truncate=self.truncate, log=log, on_batch=self._on_batch,
+                on_restart=self._on_restart, **self._runner_opts)
         return self
 
     def _on_batch(self, device, batch, seconds):
@@ -126,9 +122,7 @@ class EmbeddingService:
         self.manager.close()
         for q in self.manager.queues:
             q.wait_empty(timeout)
-        for runner in self.runners:
-            runner.join(timeout)
-            runner.worker.stop()
+        stop_runners(self.runners, timeout)
 
     def health(self):
         return {"status": "draining" if self.draining else "ok",
@@ -157,7 +151,6 @@ class EmbeddingService:
     def parse(self, body):
         """``(texts, tokens, None)`` for a valid body (``tokens``: the model's input tokens, after
         truncation), else ``(None, 0, (status, message))``."""
-        from .model import MAX_TOKENS, count_tokens
         if len(body) > MAX_BODY:
             return None, 0, (413, f"body over {MAX_BODY} bytes")
         try:

@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 
-__all__ = ["InstanceFailed", "InstanceRunner", "InstanceWorker", "WorkerDied"]
+__all__ = ["InstanceFailed", "InstanceRunner", "InstanceWorker", "WorkerDied", "start_runners",
+           "stop_runners"]
 
 #: Seconds a worker may take to load its model.
 START_TIMEOUT = 300.0
@@ -37,12 +38,9 @@ def _worker_main(conn, threads, cores, device, truncate):
     try:
         if cores:
             os.sched_setaffinity(0, cores)
-        import torch
-        if threads:
-            torch.set_num_threads(threads)
-        from .model import MiniLM
         start = time.monotonic()
-        model = MiniLM(threads=threads, device=device)
+        from .model import MiniLM
+        model = MiniLM(threads=threads, device=device)      # sets the torch thread count
         conn.send(("ready", time.monotonic() - start))
     except Exception as e:         # reported to the parent, which raises it
         conn.send(("error", f"{type(e).__name__}: {e}"))
@@ -200,3 +198,25 @@ class InstanceRunner(threading.Thread):
                 self.on_restart(self.worker.instance.name)
             return
         self.dead = True
+
+
+def start_runners(instances, queue, *, truncate=True, log=None, **options):
+    """Start a worker (loading its model copy) and a runner feeding it from ``queue`` for
+    every instance; ``options`` go to :class:`InstanceRunner`. Returns the runners."""
+    runners = []
+    for inst in instances:
+        worker = InstanceWorker(inst, truncate=truncate).start()
+        if log:
+            log(f"{queue.name} queue: {inst.name} ready (pid {worker.pid}, model loaded in "
+                f"{worker.load_seconds:.1f} s)")
+        runner = InstanceRunner(worker, queue, **options)
+        runner.start()
+        runners.append(runner)
+    return runners
+
+
+def stop_runners(runners, timeout=None):
+    """Wait for the runners (their queue closed and drained), then stop their workers."""
+    for runner in runners:
+        runner.join(timeout)
+        runner.worker.stop()
