@@ -228,3 +228,4 @@ async def run_stream_job(dut):
     }
     with open(os.environ["HWGEN_RESULT"], "w") as f:
         json.dump(result, f)
+    assert not timed_out, f"timeout after {cycle} cycles"

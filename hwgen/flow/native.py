@@ -73,11 +73,10 @@ def build_native(acc, config, *, waves=False, log=None):
         port = next(st["port"] for st in ports["streams"]
                     if st["member"] == acc.model.result_port)
         sample = {"port": port, "signals": list(acc.model.sample_signals)}
-    memories = [{"prefix": sig["name"][:-len("_arvalid")],
-                 "words": max(1, -(-next(x["bits"] for x in ports.get("signals", [])
-                                         if x["name"] == sig["name"][:-len("_arvalid")]
-                                         + "_rdata") // 32))}
-                for sig in ports.get("signals", []) if sig["name"].endswith("_arvalid")]
+    bits = {sig["name"]: sig["bits"] for sig in ports.get("signals", [])}
+    memories = [{"prefix": prefix, "words": max(1, -(-bits[prefix + "_rdata"] // 32))}
+                for prefix in (name[:-len("_arvalid")] for name in bits
+                               if name.endswith("_arvalid"))]
     max_words = max([s["words"] for s in streams] + [m["words"] for m in memories] + [2])
     source = render(_TEMPLATE, top=acc.top_name, sample=sample, memories=memories,
                     max_words=max_words, waves=waves,
