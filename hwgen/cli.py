@@ -825,6 +825,10 @@ from .host.windve.cli import serve  # noqa: E402  (its commands use reports_erro
 
 main.add_command(serve)
 
+from .host.espn.cli import espn  # noqa: E402  (its commands use reports_errors, above)
+
+main.add_command(espn)
+
 
 if __name__ == "__main__":
     main()

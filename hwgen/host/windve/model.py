@@ -198,16 +198,11 @@ class MiniLM:
         """Number of tokens of each text, [CLS] and [SEP] included, before any truncation."""
         return count_tokens(texts)
 
-    def encode(self, texts, truncate=True):
-        """Embeddings of ``texts`` as a float32 array ``(len(texts), 384)``, rows of norm 1.
-
-        The texts form one batch, padded to its longest text. A text of more than
-        :data:`MAX_TOKENS` tokens is cut to its first ``MAX_TOKENS - 1`` tokens plus [SEP] (as
-        sentence-transformers does) with ``truncate=True``, else it raises :class:`ValueError`.
-        """
+    def _batch(self, texts, truncate):
+        """``(input_ids, mask)`` int64/bool arrays of one padded batch, or None when empty."""
         ids = _token_ids(texts)
         if not ids:
-            return np.zeros((0, DIM), dtype=np.float32)
+            return None
         for k, row in enumerate(ids):
             if len(row) > MAX_TOKENS:
                 if not truncate:
@@ -220,13 +215,37 @@ class MiniLM:
         for k, row in enumerate(ids):
             input_ids[k, :len(row)] = row
             mask[k, :len(row)] = True
-        with self._torch.inference_mode():
-            out = self._forward(self._torch.from_numpy(input_ids).to(self.device),
-                                self._torch.from_numpy(mask).to(self.device))
-            return out.to("cpu", self._torch.float32).numpy()
+        return input_ids, mask
 
-    def _forward(self, input_ids, mask):
-        """BERT encoder, mean pooling, L2 normalisation; ``mask`` is True on real tokens."""
+    def encode(self, texts, truncate=True):
+        """Embeddings of ``texts`` as a float32 array ``(len(texts), 384)``, rows of norm 1.
+
+        The texts form one batch, padded to its longest text. A text of more than
+        :data:`MAX_TOKENS` tokens is cut to its first ``MAX_TOKENS - 1`` tokens plus [SEP] (as
+        sentence-transformers does) with ``truncate=True``, else it raises :class:`ValueError`.
+        """
+        return self.encode_tokens(texts, truncate)[0]
+
+    def encode_tokens(self, texts, truncate=True):
+        """``(pooled, tokens)``: the :meth:`encode` embeddings and, per text, the encoder's last
+        hidden states of its real tokens ([CLS] and [SEP] included) as a float32 array
+        ``(tokens, 384)``, unnormalised: the token-level vectors of a ColBERT-style model."""
+        batch = self._batch(texts, truncate)
+        if batch is None:
+            return np.zeros((0, DIM), dtype=np.float32), []
+        input_ids, mask = batch
+        torch = self._torch
+        with torch.inference_mode():
+            mask_t = torch.from_numpy(mask).to(self.device)
+            hidden = self._encoder(torch.from_numpy(input_ids).to(self.device), mask_t)
+            pooled = self._pool(hidden, mask_t).to("cpu", torch.float32).numpy()
+            hidden = hidden.to("cpu", torch.float32).numpy()
+        lengths = mask.sum(axis=1)
+        return pooled, [hidden[k, :n] for k, n in enumerate(lengths)]
+
+    def _encoder(self, input_ids, mask):
+        """Last hidden states ``(batch, length, 384)`` of the BERT encoder; ``mask`` is True on
+        real tokens."""
         torch = self._torch
         F = torch.nn.functional
         w = self.weights
@@ -248,6 +267,11 @@ class MiniLM:
             h = F.gelu(F.linear(x, *layer["ffn_in"]))               # exact (erf) GELU
             x = F.layer_norm(F.linear(h, *layer["ffn_out"]) + x, (DIM,), *layer["ln2"],
                              eps=self.eps)
+        return x
+
+    def _pool(self, x, mask):
+        """Mean pooling over the real tokens, then L2 normalisation."""
+        F = self._torch.nn.functional
         m = mask.unsqueeze(-1).to(x.dtype)
         pooled = (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
         return F.normalize(pooled, p=2.0, dim=1)

@@ -1,0 +1,174 @@
+"""``hwgen espn index | bench | query``: ESPN multi-vector retrieval from the command line."""
+
+import json
+from pathlib import Path
+
+import click
+
+from ... import checks
+from ...errors import ConfigError
+
+__all__ = ["espn"]
+
+
+def _reports(fn):
+    from ...cli import reports_errors
+    return reports_errors(fn)
+
+
+def _log(line):
+    click.echo(f"  {line}", err=True)
+
+
+def _fractions(name, text, percent=False):
+    """``5,10,30`` (percent) or ``0.25,0.5`` -> tuple of fractions in (0, ...)."""
+    try:
+        values = tuple(float(v) / (100 if percent else 1) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(name, "expected numbers separated by commas", value=text) from None
+    if not values or any(not v > 0 for v in values):
+        raise ConfigError(name, "expected positive numbers separated by commas", value=text)
+    return values
+
+
+@click.group()
+def espn():
+    """ESPN: multi-vector re-ranking with the token embeddings on SSD and an ANN prefetcher."""
+
+
+@espn.command("index")
+@click.argument("corpus")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Index folder to write.")
+@click.option("--dim", type=int, default=32, show_default=True,
+              help="Token embedding width after projection (16, 32, 64, 128 or 384).")
+@click.option("--nlist", type=int, help="IVF lists (default about 2 sqrt(documents)).")
+@click.option("--ivf", "ivf_kind", type=click.Choice(["sq8", "flat"]), default="sq8",
+              show_default=True, help="IVF codes of the pooled vectors: 8-bit or float32.")
+@click.option("--copies", type=int, default=1, show_default=True,
+              help="Noisy copies of every passage, to scale the store beyond the corpus.")
+@click.option("--noise", type=float, default=0.05, show_default=True,
+              help="Standard deviation of the copies' Gaussian noise per element.")
+@click.option("--limit", type=int, help="Use only the first N passages.")
+@click.option("--words", type=int, default=80, show_default=True,
+              help="Most words per passage.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--threads", type=int, help="PyTorch threads for the encoder (default: all).")
+@_reports
+def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, seed, threads):
+    """Encode CORPUS (papers, lee, wiki, pydoc, all, A+B, or a .txt/.jsonl file or folder)
+    into an ESPN index folder: token embeddings on disk, IVF index of pooled vectors."""
+    from .index import build
+    checks.output_dir("out", out)
+    checks.at_least("words", words, 8, 400)
+    checks.at_least("seed", seed, 0)
+    if threads is not None:
+        checks.at_least("threads", threads, 1)
+    meta = build(corpus, out, dim=dim, nlist=nlist, copies=copies, noise=noise, limit=limit,
+                 words=words, seed=seed, threads=threads, ivf_kind=ivf_kind)
+    click.echo(f"{out}: {meta['documents']:,} documents, {meta['tokens']:,} tokens, "
+               f"token file {meta['file_bytes'] / 2**20:,.1f} MiB, IVF index "
+               f"{meta['ivf_bytes'] / 2**20:,.1f} MiB ({meta['ivf']}, {meta['nlist']} lists), "
+               f"{meta['build_seconds']} s")
+
+
+@espn.command("bench")
+@click.argument("index_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False))
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
+              help="Folder for hit_rate.png, batch.png and partial.png.")
+@click.option("--queries", type=int, default=200, show_default=True)
+@click.option("--warmup", type=int, default=50, show_default=True)
+@click.option("--nprobe", type=int, help="IVF lists probed (default: a quarter of them).")
+@click.option("--candidates", type=int, default=100, show_default=True,
+              help="Candidates from the ANN that are re-ranked.")
+@click.option("-k", "k", type=int, default=10, show_default=True)
+@click.option("--prefetch-step", "steps", default="5,10,30", show_default=True,
+              help="Prefetch steps in percent of nprobe.")
+@click.option("--budgets", default="0.25,0.5,1,2", show_default=True,
+              help="Memory budgets: fractions of the token file (plus 400 MiB for the "
+                   "process), each enforced by a cgroup; 'none' to skip.")
+@click.option("--threads", type=int, default=16, show_default=True,
+              help="Reads in flight (reading threads).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-lee", is_flag=True, help="Skip the Lee corpus quality check.")
+@_reports
+def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidates, k, steps,
+               budgets, threads, seed, no_lee):
+    """Latency per retrieval method and memory budget, prefetch hit rates, partial
+    re-ranking, batch size, int8 re-ranking, Lee quality (the paper's Tables 4-5, Figs. 6-8)."""
+    from . import bench, report
+    checks.at_least("queries", queries, 1)
+    checks.at_least("warmup", warmup, 0)
+    checks.at_least("candidates", candidates, 1)
+    checks.at_least("k", k, 1, candidates)
+    checks.at_least("threads", threads, 1, 256)
+    if nprobe is not None:
+        checks.at_least("nprobe", nprobe, 1)
+    step_values = _fractions("prefetch-step", steps, percent=True)
+    if any(s >= 1 for s in step_values):
+        raise ConfigError("prefetch-step", "each step must be below 100 (percent)", value=steps)
+    budget_values = () if budgets.strip().lower() == "none" else _fractions("budgets", budgets)
+    if json_path:
+        checks.output_file("json", json_path)
+    result = bench.run(index_dir, queries=queries, warmup=warmup, nprobe=nprobe,
+                       candidates=candidates, k=k, steps=step_values, budgets=budget_values,
+                       threads=threads, seed=seed, lee=not no_lee)
+    for line in report.tables(result):
+        click.echo(line)
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+        click.echo(f"json: {json_path}")
+    if plot_dir:
+        for path in report.plot(result, plot_dir):
+            click.echo(f"plot: {path}")
+    broken = [f"{m} under {b['label']}" for b in result["budgets"]
+              for m, row in b["methods"].items() if row.get("identical_to_in_memory") is False]
+    if broken:
+        raise ConfigError("bench", "top-k differs from the in-memory pipeline for " +
+                          ", ".join(broken))
+
+
+@espn.command("query")
+@click.argument("index_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("text")
+@click.option("--store", type=click.Choice(["ram", "mmap", "direct", "direct-sync"]),
+              default="direct", show_default=True)
+@click.option("--prefetch-step", type=float, default=10.0, show_default=True,
+              help="Percent of nprobe after which the prefetch starts (0: no prefetch).")
+@click.option("--nprobe", type=int)
+@click.option("--candidates", type=int, default=100, show_default=True)
+@click.option("--rerank-count", type=int, help="Re-rank only the ANN's first k' candidates.")
+@click.option("--rerank", type=click.Choice(["float16", "int8"]), default="float16",
+              show_default=True, help="int8: score with the maxsim unit's golden model.")
+@click.option("-k", "k", type=int, default=10, show_default=True)
+@_reports
+def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank_count, rerank,
+               k):
+    """Search INDEX_DIR for TEXT and print the top-k passages with their MaxSim scores."""
+    from .index import Index
+    from .search import Query, Searcher
+    from .store import open_store
+    checks.in_range("prefetch-step", prefetch_step, 0, 99)
+    if not text.strip():
+        raise ConfigError("text", "the query is empty")
+    index = Index(index_dir)
+    if nprobe is None:
+        nprobe = max(1, index.ivf.nlist // 4)
+    step = prefetch_step / 100 if prefetch_step and store == "direct" else None
+    pooled, tokens = index.encoder().encode_query(text)
+    passages = index.passages()
+    with open_store(store, index.tokens_path, index.offsets, index.ntokens,
+                    index.dim) as reader:
+        searcher = Searcher(index, reader, nprobe=nprobe, candidates=candidates, k=k,
+                            prefetch_step=step, rerank=rerank_count, precision=rerank)
+        result = searcher.search(Query(pooled, tokens, text))
+    for rank, (doc, score) in enumerate(zip(result.ids, result.scores), 1):
+        p = passages[index.origin[doc]]
+        copy = doc // len(passages)
+        click.echo(f"{rank:3d}. {float(score):9.4f}  {p['source']}"
+                   f"{f' (copy {copy})' if copy else ''}: {p['text'][:100]}")
+    t = result.times
+    click.echo(f"ANN {1e3 * t['ann']:.2f} ms, after the ANN {1e3 * (t['total'] - t['ann']):.2f} "
+               f"ms, {result.bytes_read / 1024:,.0f} KiB read"
+               + (f", prefetch hit rate {100 * result.hit_rate:.0f}%" if step else ""))
