@@ -270,6 +270,18 @@ ACCELERATORS = {a.name: a for a in [
     ),
 ] + [
     Accelerator(
+        name="maxsim",
+        summary="ESPN MaxSim unit: int8 query tokens on chip, document tokens streamed one "
+                "per beat (TLAST per document), sum over query tokens of the max dot product, "
+                "one int32 score per document",
+        config_path="hwgen.espn.maxsim:MaxSimConfig",
+        top_path="hwgen.espn.maxsim:MaxSim",
+        model_path="hwgen.espn.model:MaxSimModel",
+        default_items=200,
+        test_configs_spec="hwgen.espn.maxsim:TEST_CONFIGS",
+    ),
+] + [
+    Accelerator(
         name=f"gmi-{kind}",
         summary=summary,
         config_path="hwgen.cluster.gmi:GMIConfig",

@@ -166,7 +166,9 @@ def test_baseline_rows_name_bench_rows():
     rows = json.loads(BASELINE.read_text())["rows"]
     keys = {row_key(n, s) for n, s in BENCH_CONFIGS}
     assert set(rows) <= keys
-    assert set(registry.names()) - {"lut-builder"} <= set(rows)
+    # lut-builder's row was lost (the baseline's note); maxsim was registered after the
+    # baseline's gateware (f8831e1), so it has no "before" (the bench prints "-")
+    assert set(registry.names()) - {"lut-builder", "maxsim"} <= set(rows)
     for row in rows.values():
         assert "error" in row or 0 < row["fmax_ratio"] == pytest.approx(
             row["fmax_mhz"] / row["reference_mhz"], abs=2e-3)
