@@ -288,7 +288,7 @@ def _int8(index, queries, relevant, nprobe, candidates, k):
 
 
 def run(folder, queries=200, warmup=50, nprobe=None, candidates=100, k=10,
-        steps=(0.05, 0.10, 0.30), budgets=(0.25, 0.5, 1.0, 2.0), threads=16,
+        steps=(0.05, 0.10, 0.30), budgets=(0.25, 0.5, 1.0, 2.0), threads=4,
         rerank_counts=(8, 16, 32, 64), batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128),
         seed=0, encode_threads=None, quiet=False, lee=True):
     """All measurements (see the module docstring); returns the report dict."""
