@@ -215,15 +215,17 @@ def _hwgen(*args):
 
 def test_cli_query_and_errors(built, tmp_path):
     run = _hwgen("espn", "query", str(built.folder), "interest rates and the bank",
-                 "--prefetch-step", "25", "-k", "3")
+                 "--prefetch-step", "0.25", "-k", "3")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.strip().splitlines()
     assert len(lines) == 4 and lines[0].lstrip().startswith("1.") and "KiB read" in lines[-1]
     bad = _hwgen("espn", "bench", str(tmp_path))
     assert bad.returncode == 2 and "not an ESPN index folder" in bad.stderr
     assert "Traceback" not in bad.stderr
-    bad = _hwgen("espn", "bench", str(built.folder), "--prefetch-step", "5,x")
+    bad = _hwgen("espn", "bench", str(built.folder), "--prefetch-step", "0.05,x")
     assert bad.returncode == 2 and "prefetch-step" in bad.stderr
+    bad = _hwgen("espn", "bench", str(built.folder), "--prefetch-step", "10")
+    assert bad.returncode == 2 and "fraction of nprobe below 1" in bad.stderr
     bad = _hwgen("espn", "index", "no-such-corpus", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "neither a known corpus" in bad.stderr
     (tmp_path / "meta.json").write_text("{not json")

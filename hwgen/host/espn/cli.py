@@ -20,10 +20,10 @@ def _log(line):
     click.echo(f"  {line}", err=True)
 
 
-def _fractions(name, text, percent=False):
-    """``5,10,30`` (percent) or ``0.25,0.5`` -> tuple of fractions in (0, ...)."""
+def _fractions(name, text):
+    """``0.05,0.1,0.3`` -> tuple of positive numbers."""
     try:
-        values = tuple(float(v) / (100 if percent else 1) for v in text.split(",") if v.strip())
+        values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise ConfigError(name, "expected numbers separated by commas", value=text) from None
     if not values or any(not v > 0 for v in values):
@@ -83,8 +83,9 @@ def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, s
 @click.option("--candidates", type=int, default=100, show_default=True,
               help="Candidates from the ANN that are re-ranked.")
 @click.option("-k", "k", type=int, default=10, show_default=True)
-@click.option("--prefetch-step", "steps", default="5,10,30", show_default=True,
-              help="Prefetch steps in percent of nprobe.")
+@click.option("--prefetch-step", "steps", default="0.05,0.1,0.3", show_default=True,
+              help="Prefetch steps to measure: fractions of nprobe (delta / eta) after which "
+                   "the prefetch starts.")
 @click.option("--budgets", default="0.25,0.5,1,2", show_default=True,
               help="Memory budgets: fractions of the token file (plus 400 MiB for the "
                    "process), each enforced by a cgroup; 'none' to skip.")
@@ -107,9 +108,10 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
     checks.at_least("threads", threads, 1, 256)
     if nprobe is not None:
         checks.at_least("nprobe", nprobe, 1)
-    step_values = _fractions("prefetch-step", steps, percent=True)
+    step_values = _fractions("prefetch-step", steps)
     if any(s >= 1 for s in step_values):
-        raise ConfigError("prefetch-step", "each step must be below 100 (percent)", value=steps)
+        raise ConfigError("prefetch-step", "each step is a fraction of nprobe below 1 "
+                          "(0.1 = after 10% of the lists)", value=steps)
     budget_values = () if budgets.strip().lower() == "none" else _fractions("budgets", budgets)
     if json_path:
         checks.output_file("json", json_path)
@@ -136,8 +138,9 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
 @click.argument("text")
 @click.option("--store", type=click.Choice(["ram", "mmap", "direct", "direct-sync"]),
               default="direct", show_default=True)
-@click.option("--prefetch-step", type=float, default=10.0, show_default=True,
-              help="Percent of nprobe after which the prefetch starts (0: no prefetch).")
+@click.option("--prefetch-step", type=float, default=0.1, show_default=True,
+              help="Fraction of nprobe (delta / eta) after which the prefetch starts "
+                   "(0: no prefetch).")
 @click.option("--nprobe", type=int)
 @click.option("--candidates", type=int, default=100, show_default=True)
 @click.option("--rerank-count", type=int, help="Re-rank only the ANN's first k' candidates.")
@@ -151,13 +154,13 @@ def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank
     from .index import Index
     from .search import Query, Searcher
     from .store import open_store
-    checks.in_range("prefetch-step", prefetch_step, 0, 99)
+    checks.in_range("prefetch-step", prefetch_step, 0, 0.99)
     if not text.strip():
         raise ConfigError("text", "the query is empty")
     index = Index(index_dir)
     if nprobe is None:
         nprobe = max(1, index.ivf.nlist // 4)
-    step = prefetch_step / 100 if prefetch_step and store == "direct" else None
+    step = prefetch_step if prefetch_step and store == "direct" else None
     pooled, tokens = index.encoder().encode_query(text)
     passages = index.passages()
     with open_store(store, index.tokens_path, index.offsets, index.ntokens,
