@@ -53,8 +53,8 @@ def _log(message, quiet=False):
 
 def percentiles(values_ms):
     v = np.asarray(values_ms, float)
-    return {"p50": round(float(np.percentile(v, 50)), 3), "p99": round(float(np.percentile(v, 99)), 3),
-            "mean": round(float(v.mean()), 3)}
+    return {"p50": round(float(np.percentile(v, 50)), 3),
+            "p99": round(float(np.percentile(v, 99)), 3), "mean": round(float(v.mean()), 3)}
 
 
 def known_item_queries(index, n, seed=0):
@@ -82,6 +82,16 @@ def encode_queries(index, pairs, threads=None, quiet=False):
         times.append((time.perf_counter() - t0) * 1e3)
         queries.append(Query(pooled, tokens, text))
     return queries, [p for _, p in pairs], times
+
+
+def _agreement(ids, reference, k=10):
+    """Share of ``reference``'s first k ids that are among ``ids``' first k."""
+    want = reference[:k].tolist()
+    return len(set(ids[:k].tolist()) & set(want)) / max(1, len(want))
+
+
+def _mean_mrr(results, origin, relevant):
+    return float(np.mean([_mrr(r.ids, origin, p) for r, p in zip(results, relevant)]))
 
 
 def _mrr(ids, origin, relevant, k=10):
@@ -139,7 +149,8 @@ def _worker(spec_path, out_path):
 
 
 def _run_budget(index, qfile, methods, limit, params, tmp):
-    spec = dict(params, index=str(index.folder), queries=str(qfile), methods=methods)   # {name: (store, step)}
+    # methods: {name: (store kind, prefetch step)}
+    spec = dict(params, index=str(index.folder), queries=str(qfile), methods=methods)
     spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
     spec_path.write_text(json.dumps(spec))
     if out_path.exists():
@@ -192,17 +203,15 @@ def _partial(index, queries, relevant, nprobe, candidates, k, counts, threads):
                 r.bytes_read for r in full)
             rows.append({
                 "rerank": kp if kp is not None else candidates,
-                "mrr10": float(np.mean([_mrr(r.ids, index.origin, rel)
-                                        for r, rel in zip(results, relevant)])),
-                "top10_agreement": float(np.mean([
-                    len(set(r.ids[:10].tolist()) & set(f.ids[:10].tolist())) / max(1, len(f.ids[:10]))
-                    for r, f in zip(results, full)])),
+                "mrr10": _mean_mrr(results, index.origin, relevant),
+                "top10_agreement": float(np.mean([_agreement(r.ids, f.ids)
+                                                  for r, f in zip(results, full)])),
                 "bytes_per_query": spent / len(queries)})
         rows.append({"rerank": 0, "mrr10": float(np.mean([
             _mrr(c, index.origin, rel) for c, rel in zip(ann_only, relevant)])),
-            "top10_agreement": float(np.mean([
-                len(set(c[:10].tolist()) & set(f.ids[:10].tolist())) / max(1, len(f.ids[:10]))
-                for c, f in zip(ann_only, full)])), "bytes_per_query": 0.0})
+            "top10_agreement": float(np.mean([_agreement(c, f.ids)
+                                              for c, f in zip(ann_only, full)])),
+            "bytes_per_query": 0.0})
     return sorted(rows, key=lambda r: r["rerank"])
 
 
@@ -278,13 +287,12 @@ def _int8(index, queries, relevant, nprobe, candidates, k):
         i8 = [Searcher(index, ram, nprobe, candidates, k, precision="int8").search(q)
               for q in queries]
     same = [r.ids.tolist() == f.ids.tolist() for r, f in zip(i8, f16)]
-    overlap = [len(set(r.ids.tolist()) & set(f.ids.tolist())) / max(1, len(f.ids))
-               for r, f in zip(i8, f16)]
+    overlap = [_agreement(r.ids, f.ids, k) for r, f in zip(i8, f16)]
     top1 = [r.ids[0] == f.ids[0] for r, f in zip(i8, f16)]
     return {"identical_topk": float(np.mean(same)), "topk_overlap": float(np.mean(overlap)),
             "same_top1": float(np.mean(top1)),
-            "mrr10_float16": float(np.mean([_mrr(r.ids, index.origin, p) for r, p in zip(f16, relevant)])),
-            "mrr10_int8": float(np.mean([_mrr(r.ids, index.origin, p) for r, p in zip(i8, relevant)]))}
+            "mrr10_float16": _mean_mrr(f16, index.origin, relevant),
+            "mrr10_int8": _mean_mrr(i8, index.origin, relevant)}
 
 
 def run(folder, queries=200, warmup=50, nprobe=None, candidates=100, k=10,

@@ -62,7 +62,8 @@ def papers_dir():
         for candidate in (parent / "shared" / "papers", parent.parent / "shared" / "papers"):
             if candidate.is_dir():
                 return candidate
-    raise ConfigError("corpus", "the papers corpus was not found: set HWGEN_PAPERS to the folder of the "
+    raise ConfigError("corpus", "the papers corpus was not found: set HWGEN_PAPERS to the "
+                      "folder of the "
                        "papers' .txt files")
 
 
@@ -181,7 +182,8 @@ def _path_documents(path):
                 except json.JSONDecodeError as e:
                     raise ConfigError("corpus", f"{path}:{k + 1}: not JSON ({e.msg})") from None
                 if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise ConfigError("corpus", f'{path}:{k + 1}: expected an object with a "text" string')
+                    raise ConfigError("corpus", f'{path}:{k + 1}: expected an object with a '
+                                      '"text" string')
                 yield record["text"], f"{path.name}#{k}"
         return
     try:

@@ -63,7 +63,8 @@ class TokenEncoder:
             self.components = np.eye(DIM, dtype=np.float32)
         else:
             if sample.shape[0] < self.dim:
-                raise ConfigError("corpus", f"{sample.shape[0]} tokens are too few to fit {self.dim} "
+                raise ConfigError("corpus", f"{sample.shape[0]} tokens are too few to fit "
+                                  f"{self.dim} "
                                  "directions: give a larger corpus")
             centred = sample - self.mean
             # principal directions: eigenvectors of the 384x384 scatter matrix, largest first

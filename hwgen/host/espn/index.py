@@ -4,12 +4,15 @@ An index folder holds
 
 | file | what | in memory when searching |
 | --- | --- | --- |
-| ``tokens.bin`` | every document's float16 token embeddings, 4 KiB-aligned (:mod:`.store`) | no (read on demand) |
+| ``tokens.bin`` | every document's float16 tokens, 4 KiB-aligned (:mod:`.store`) | no |
 | ``table.npz`` | per document: byte offset, token count, the passage it copies | yes |
-| ``ivf.faiss`` | faiss IVF (inner product) over the pooled 384-d vectors: ``sq8`` (8-bit scalar quantiser, 384 B per document, the default) or ``flat`` (float32) | yes |
+| ``ivf.faiss`` | faiss IVF (inner product) over the pooled 384-d vectors | yes |
 | ``projection.npz`` | token projection: corpus mean and principal directions | yes |
 | ``passages.jsonl`` | each passage's text and source | no (printing results only) |
 | ``meta.json`` | how it was built: corpus, dim, nlist, copies, noise, sizes, times | yes |
+
+The IVF codes are ``sq8`` (8-bit scalar quantiser, 384 B per document, the default) or
+``flat`` (float32, 1,536 B per document).
 
 ``copies`` > 1 scales the store beyond what the corpus holds: each copy of a passage gets its token
 embeddings and pooled vector perturbed by Gaussian noise of standard deviation ``noise`` per
@@ -156,14 +159,16 @@ class Index:
         folder = Path(folder)
         meta_path = folder / "meta.json"
         if not meta_path.is_file():
-            raise ConfigError("index", f"{folder}: not an ESPN index folder (no meta.json); build one "
+            raise ConfigError("index", f"{folder}: not an ESPN index folder (no meta.json); "
+                              "build one "
                              "with hwgen espn index CORPUS --out FOLDER")
         try:
             self.meta = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError("index", f"{meta_path}: not valid JSON ({e})") from None
         if not isinstance(self.meta, dict) or self.meta.get("format") != FORMAT:
-            raise ConfigError("index", f"{meta_path}: format {self.meta.get('format')!r} where this "
+            raise ConfigError("index", f"{meta_path}: format {self.meta.get('format')!r} "
+                              "where this "
                              f"version reads {FORMAT}; rebuild the index")
         self.folder = folder
         self.dim = int(self.meta["dim"])
@@ -179,11 +184,13 @@ class Index:
         n = self.meta["documents"]
         if not (len(self.offsets) == len(self.ntokens) == len(self.origin) == n
                 == self.ivf.ntotal):
-            raise ConfigError("index", f"{folder}: the table, the IVF index and meta.json disagree on the "
+            raise ConfigError("index", f"{folder}: the table, the IVF index and meta.json "
+                              "disagree on the "
                              "number of documents; rebuild it")
         self.tokens_path = folder / "tokens.bin"
         if os.path.getsize(self.tokens_path) != self.meta["file_bytes"]:
-            raise ConfigError("index", f"{self.tokens_path}: size differs from meta.json; rebuild it")
+            raise ConfigError("index", f"{self.tokens_path}: size differs from meta.json; "
+                              "rebuild it")
 
     def encoder(self, threads=None, model=None):
         return TokenEncoder(self.dim, threads=threads, mean=self.mean,

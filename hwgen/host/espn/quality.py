@@ -48,7 +48,8 @@ def lee_quality(encoder):
     human = lee_similarities()
     pooled, tokens = encoder.encode(docs)
     pairs = np.triu_indices(len(docs), 1)
-    models = {f"maxsim_dim{encoder.dim}": _maxsim_matrix(tokens), "pooled_cosine": pooled @ pooled.T}
+    models = {f"maxsim_dim{encoder.dim}": _maxsim_matrix(tokens),
+              "pooled_cosine": pooled @ pooled.T}
     out = {"documents": len(docs), "pairs": int(len(pairs[0]))}
     for name, sim in models.items():
         rho = spearmanr(sim[pairs], human[pairs]).statistic

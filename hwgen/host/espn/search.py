@@ -1,4 +1,4 @@
-"""ESPN's retrieval: IVF candidates, ANN-driven prefetch, early re-ranking, merge, partial re-ranking.
+"""ESPN's retrieval: IVF candidates, ANN prefetch, early re-ranking, merge, partial re-ranking.
 
 One query (paper §4):
 
@@ -144,12 +144,15 @@ class Searcher:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, "must be a positive integer", value=value)
         if prefetch_step is not None and not 0 < prefetch_step < 1:
-            raise ConfigError("prefetch_step", "a fraction of nprobe in (0, 1)", value=prefetch_step)
+            raise ConfigError("prefetch_step", "a fraction of nprobe in (0, 1)",
+                              value=prefetch_step)
         if prefetch_step is not None and not hasattr(store, "submit"):
-            raise ConfigError("store", f"prefetching needs an asynchronous store (direct), not {store.name}")
+            raise ConfigError("store", "prefetching needs an asynchronous store (direct), "
+                              f"not {store.name}")
         if rerank is not None and (isinstance(rerank, bool) or not isinstance(rerank, int)
                                    or not 1 <= rerank <= candidates):
-            raise ConfigError("rerank_count", f"must be in [1, candidates={candidates}]", value=rerank)
+            raise ConfigError("rerank_count", f"must be in [1, candidates={candidates}]",
+                              value=rerank)
         if precision not in ("float16", "int8"):
             raise ConfigError("rerank", "float16 or int8", value=precision)
         self.index, self.store = index, store
