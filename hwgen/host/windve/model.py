@@ -224,24 +224,30 @@ class MiniLM:
         :data:`MAX_TOKENS` tokens is cut to its first ``MAX_TOKENS - 1`` tokens plus [SEP] (as
         sentence-transformers does) with ``truncate=True``, else it raises :class:`ValueError`.
         """
-        return self.encode_tokens(texts, truncate)[0]
+        return self._run(texts, truncate, tokens=False)[0]
 
     def encode_tokens(self, texts, truncate=True):
         """``(pooled, tokens)``: the :meth:`encode` embeddings and, per text, the encoder's last
         hidden states of its real tokens ([CLS] and [SEP] included) as a float32 array
         ``(tokens, 384)``, unnormalised: the token-level vectors of a ColBERT-style model."""
+        return self._run(texts, truncate, tokens=True)
+
+    def _run(self, texts, truncate, tokens):
+        """``(pooled, per-text hidden states or None)``; the hidden states leave the device
+        only when ``tokens`` asks for them (:meth:`encode` does not)."""
         batch = self._batch(texts, truncate)
         if batch is None:
-            return np.zeros((0, DIM), dtype=np.float32), []
+            return np.zeros((0, DIM), dtype=np.float32), ([] if tokens else None)
         input_ids, mask = batch
         torch = self._torch
         with torch.inference_mode():
             mask_t = torch.from_numpy(mask).to(self.device)
             hidden = self._encoder(torch.from_numpy(input_ids).to(self.device), mask_t)
             pooled = self._pool(hidden, mask_t).to("cpu", torch.float32).numpy()
+            if not tokens:
+                return pooled, None
             hidden = hidden.to("cpu", torch.float32).numpy()
-        lengths = mask.sum(axis=1)
-        return pooled, [hidden[k, :n] for k, n in enumerate(lengths)]
+        return pooled, [hidden[k, :n] for k, n in enumerate(mask.sum(axis=1))]
 
     def _encoder(self, input_ids, mask):
         """Last hidden states ``(batch, length, 384)`` of the BERT encoder; ``mask`` is True on
