@@ -35,7 +35,7 @@ import numpy as np
 from ...errors import ConfigError, ToolError
 from . import budget as budget_mod
 from .index import Index
-from .search import Query, Searcher, ann_steps, maxsim, maxsim_int8
+from .search import Query, Searcher, ann_steps
 from .store import open_store
 
 __all__ = ["known_item_queries", "encode_queries", "run", "METHODS", "percentiles"]
@@ -176,12 +176,8 @@ def _hit_rates(index, queries, nprobe, candidates, steps, rerank=None):
             out[step] = 1.0
             continue
         first, _ = ann_steps(index.ivf, pooled, nprobe, candidates, split=split)
-        rates = []
-        for f, t in zip(first, final):
-            want = t[1] if rerank is None else t[1][:rerank]
-            got = f[1] if rerank is None else f[1][:rerank]
-            rates.append(len(set(want.tolist()) & set(got.tolist())) / max(1, len(want)))
-        out[step] = float(np.mean(rates))
+        out[step] = float(np.mean([_agreement(f[1], t[1], rerank or candidates)
+                                   for f, t in zip(first, final)]))
     return out
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import ConfigError
+from ...espn.golden import maxsim_scores
 
 __all__ = ["maxsim", "maxsim_int8", "Query", "Result", "Searcher", "ann_steps", "merge_topk",
            "INT8_SCALE"]
@@ -42,7 +43,12 @@ def maxsim(query, doc):
 
     ``query`` (q, dim) and ``doc`` (n, dim) are float16; the products and sums are float32 in a
     fixed order, so equal inputs give bit-equal scores."""
-    sims = doc.astype(np.float32) @ query.astype(np.float32).T         # (n, q)
+    return _maxsim_float32(query.astype(np.float32), doc)
+
+
+def _maxsim_float32(query32, doc):
+    """:func:`maxsim` with the query already converted to float32 (once per search)."""
+    sims = doc.astype(np.float32) @ query32.T                            # (n, q)
     return np.float32(sims.max(axis=0).sum(dtype=np.float32))
 
 
@@ -53,9 +59,18 @@ def quantise_int8(tokens):
 
 def maxsim_int8(query, doc):
     """The ``maxsim`` unit's integer score of one document (golden model of the hardware)."""
-    from hwgen.espn.golden import maxsim_scores
+    return _maxsim_int8(quantise_int8(query), doc)
+
+
+def _maxsim_int8(query8, doc):
+    """:func:`maxsim_int8` with the query already quantised (once per search)."""
     d = quantise_int8(doc)
-    return np.int64(maxsim_scores(quantise_int8(query), d, [d.shape[0]])[0])
+    return np.int64(maxsim_scores(query8, d, [d.shape[0]])[0])
+
+
+#: precision -> (prepare the query once per search, score one document with it)
+_SCORERS = {"float16": (lambda tokens: tokens.astype(np.float32), _maxsim_float32),
+            "int8": (quantise_int8, _maxsim_int8)}
 
 
 @dataclass
@@ -153,12 +168,12 @@ class Searcher:
                                    or not 1 <= rerank <= candidates):
             raise ConfigError("rerank_count", f"must be in [1, candidates={candidates}]",
                               value=rerank)
-        if precision not in ("float16", "int8"):
+        if precision not in _SCORERS:
             raise ConfigError("rerank", "float16 or int8", value=precision)
         self.index, self.store = index, store
         self.nprobe, self.candidates, self.k = min(nprobe, index.ivf.nlist), candidates, k
         self.prefetch_step, self.rerank, self.precision = prefetch_step, rerank, precision
-        self._score = maxsim if precision == "float16" else maxsim_int8
+        self._prepare, self._score = _SCORERS[precision]
 
     @property
     def split(self):
@@ -187,6 +202,7 @@ class Searcher:
         before = store.bytes_read
         started = time.perf_counter()
         scores = {}
+        prepared = self._prepare(query.tokens)
         if self.split is None or self.split >= self.nprobe:
             top = ann_steps(self.index.ivf, query.pooled[None], self.nprobe, self.candidates)[0]
             t_ann = time.perf_counter() - started
@@ -197,12 +213,12 @@ class Searcher:
                                                  "fetch": time.perf_counter() - t0},
                             missed=len(reranked))
             for d in reranked:
-                scores[int(d)] = self._score(query.tokens, tokens[int(d)])
+                scores[int(d)] = self._score(prepared, tokens[int(d)])
         else:
             lock = threading.Lock()
 
             def early(doc, tokens):            # runs in a reading thread as each doc arrives
-                s = self._score(query.tokens, tokens)
+                s = self._score(prepared, tokens)
                 with lock:
                     scores[doc] = s
 
