@@ -9,6 +9,7 @@ BOARD   ?= u280
 STALL   ?= 0.2
 SEED    ?= 1
 PYTEST_ARGS ?=
+# --durations=30: the CI log lists the slowest tests, so a rise in CI time can be traced.
 # pytest-xdist workers: both cores of a CI machine (builds are cached under file locks, so
 # workers share them safely); PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= auto
@@ -44,7 +45,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30 $(PYTEST_ARGS)
 
 demo: setup
 	$(HWGEN) demo
