@@ -13,18 +13,26 @@ class ConfigError(HwgenError, ValueError):
     """An invalid configuration value.
 
     The message names the parameter, the offending value and the allowed range, e.g.
-    ``m=0: must be an integer in 1..64``.
+    ``m=0: must be an integer in 1..64``. The parts stay apart: ``param`` (where: a parameter
+    name or a path such as ``clusters[0].fpgas[2].ip``), ``value`` (or None) and ``reason``
+    (the message without the ``param=value: `` prefix).
     """
 
     def __init__(self, param, message, value=None):
         param = str(param)
         if not param or not param.isprintable():     # one line, never an empty name
             param = repr(param)
-        message = " ".join(str(message).split("\n"))
         self.param = param
         self.value = value
-        text = f"{param}={value!r}: {message}" if value is not None else f"{param}: {message}"
+        self.reason = " ".join(str(message).split("\n"))
+        text = f"{param}={value!r}: {self.reason}" if value is not None \
+            else f"{param}: {self.reason}"
         super().__init__(text)
+
+    def relocated(self, prefix):
+        """The same error located inside ``prefix``: at ``<prefix>.<param>`` (e.g. a kernel
+        parameter's error placed in a description by the path of its ``params`` object)."""
+        return ConfigError(f"{prefix}.{self.param}", self.reason, value=self.value)
 
 
 class ToolError(HwgenError):

@@ -188,8 +188,7 @@ def _check_module(kind, params, where):
     try:
         registry.get(kind).config.from_dict(params)
     except ConfigError as e:
-        raise ConfigError(f"{where}.params.{e.param}", str(e).split(": ", 1)[-1],
-                          value=e.value) from None
+        raise e.relocated(f"{where}.params") from None
 
 
 def parse_layers(obj, where="layers"):

@@ -12,12 +12,13 @@ Inter-cluster packets arriving from the network pass, in order:
    ``virtual``) whose members are the local kernels ``1 .. members``, and the **forwarding
    module** for point-to-point traffic.
 
-The cluster builder's tops (:mod:`hwgen.cluster.top`) describe the cluster as it was assigned
-through the optional parameters ``local_ids`` (the kernel ids reachable point to point, any
-set), ``groups`` (each virtual kernel's kind, id and member ids, which need not be contiguous:
-a fan-out kernel then addresses ranks ``0 .. n-1`` and a TDEST remapper after it turns rank
-``i`` into member ``i``'s id) and ``max_bytes`` (the longest point-to-point payload). Left at
-their defaults they change nothing.
+The cluster plan (:func:`hwgen.cluster.plan.gateway_config`, for the builder's tops in
+:mod:`hwgen.cluster.top`) describes the cluster as it was assigned through the optional
+parameters ``local_ids`` (the kernel ids reachable point to point, any set), ``groups`` (each
+virtual kernel's kind, id and member ids, which need not be contiguous: a fan-out kernel then
+addresses ranks ``0 .. n-1`` and a TDEST remapper after it turns rank ``i`` into member
+``i``'s id) and ``max_bytes`` (the longest point-to-point payload). Left at their defaults
+they change nothing.
 """
 
 from dataclasses import dataclass

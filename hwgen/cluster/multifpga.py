@@ -27,7 +27,7 @@ Traffic per round (``rounds`` rounds), following the plan's edges:
 Golden model (:func:`golden`): a packet from a kernel with an ``output`` destination gets the
 GMI header (:func:`~hwgen.cluster.packet.attach_header`); an inter-cluster packet goes to the
 destination cluster's gateway, which drops it unless it has a byte after the header, fits
-its decoder and names a kernel it knows (:func:`hwgen.cluster.top.gateway_config`), and
+its decoder and names a kernel it knows (:func:`hwgen.cluster.plan.gateway_config`), and
 otherwise strips the header (:func:`~hwgen.cluster.packet.strip_header`) and sends it on from
 the gateway's FPGA: to a virtual GMI kernel or, as an intra-cluster packet, to its kernel; an
 intra-cluster packet goes to its TDEST kernel; a GMI kernel's inputs (interleaved round-robin
@@ -51,6 +51,7 @@ import numpy as np
 from .. import checks
 from . import describe as D
 from .golden import collective_stream
+from .plan import Role, gateway_config, gmi_config
 from .packet import attach_header, from_beats, split_packets, strip_header, to_beats, Packet
 
 __all__ = ["FPGARun", "prepare", "traffic", "golden", "simulate", "compare", "run"]
@@ -80,27 +81,26 @@ def prepare(description, out_dir, log=None):
     desc = description if isinstance(description, D.Description) else D.load(description)
     result = build(desc, Path(out_dir) / "build", picture=False, log=log)
     plans = result["plans"]
+    by_id = {p.cluster.id: p for p in plans}
     runs = []
-    for p in plans:
-        for f in p.cluster.fpgas:
-            fdir = Path(out_dir) / "build" / p.cluster.name / f.name
-            name = f"{p.cluster.name}_{f.name}".replace("-", "_")
-            v_path = fdir / f"{name}.v"
-            key = hashlib.sha256(v_path.read_bytes()).hexdigest()[:16]
-            bdir = cache_dir() / "cluster-sim" / f"{name}-{key}"
-            verilate(v_path, name, bdir, log=log)
-            external = [i for i in sorted(p.fpga_kernels[f.name])   # as FPGATop.external
-                        if p.kernels[i].role == "compute"]
-            runs.append(FPGARun(p, f, name, bdir, json.loads((fdir / "ports.json").read_text()),
-                                json.loads((fdir / "router_cfg.json").read_text()), external))
+    for fp in result["fpgas"]:
+        p = by_id[fp.cluster_id]
+        fdir = Path(out_dir) / "build" / p.cluster.name / fp.fpga.name
+        v_path = fdir / f"{fp.name}.v"
+        key = hashlib.sha256(v_path.read_bytes()).hexdigest()[:16]
+        bdir = cache_dir() / "cluster-sim" / f"{fp.name}-{key}"
+        verilate(v_path, fp.name, bdir, log=log)
+        runs.append(FPGARun(p, fp.fpga, fp.name, bdir,
+                            json.loads((fdir / "ports.json").read_text()),
+                            json.loads((fdir / "router_cfg.json").read_text()),
+                            list(fp.external)))
     return desc, plans, runs
 
 
 def _gmi_cfg(plan, k, data_bits):
-    from .top import _gmi_config, gateway_config
-    if k.role == "virtual":
+    if k.role is Role.VIRTUAL:
         return gateway_config(plan, data_bits).gmi_config(k.kind)
-    return _gmi_config(k, plan, data_bits, f"clusters[{plan.index}]")
+    return gmi_config(k, plan, data_bits)
 
 
 def _msg_bytes(kind, cfg):
@@ -120,7 +120,7 @@ def traffic(plans, data_bits, rounds=2, seed=1):
 
     def message_for(plan, dest):
         k = plan.kernels[dest]
-        if k.role in ("communication", "virtual"):
+        if k.role in (Role.COMMUNICATION, Role.VIRTUAL):
             return payload(_msg_bytes(k.kind, _gmi_cfg(plan, k, data_bits)))
         return payload(int(rng.integers(1, 3 * data_bits // 8)))
 
@@ -128,7 +128,7 @@ def traffic(plans, data_bits, rounds=2, seed=1):
         cid = p.cluster.id
         for r in range(rounds):
             for k in sorted(p.kernels.values(), key=lambda k: k.id):
-                if k.role != "compute":
+                if k.role is not Role.COMPUTE:
                     continue
                 out = sent.setdefault((cid, k.id), [])
                 for d in k.dests:
@@ -143,7 +143,8 @@ def traffic(plans, data_bits, rounds=2, seed=1):
             firsts = []
             for f in p.cluster.fpgas:
                 ids = [i for i in sorted(p.fpga_kernels[f.name])
-                       if p.kernels[i].role == "compute" and "output" not in p.kernels[i].dests]
+                       if p.kernels[i].role is Role.COMPUTE
+                       and "output" not in p.kernels[i].dests]
                 if ids:
                     firsts.append(ids[0])
             if len(firsts) > 1:
@@ -161,7 +162,6 @@ def golden(plans, sent, data_bits, dropped=()):
     """``{(cluster id, kernel id): [Packet]}`` each compute kernel must receive for the
     traffic ``sent``; ``dropped`` (packets, as the hub logged them) are lost on their network
     hop."""
-    from .top import gateway_config
     by_id = {p.cluster.id: p for p in plans}
     gw = {p.cluster.id: gateway_config(p, data_bits) for p in plans}
     fpga_of = {(p.cluster.id, k.id): k.fpga for p in plans for k in p.kernels.values()}
@@ -200,9 +200,9 @@ def golden(plans, sent, data_bits, dropped=()):
             if fpga_of[(cid, src_id)] != fpga_of[dest] and not hop(pkt):
                 return
             role = by_id[cid].kernels[dest[1]].role
-            if role == "communication":
+            if role is Role.COMMUNICATION:
                 gmi_in.setdefault(dest, []).append(pkt)
-            elif role == "compute":
+            elif role is Role.COMPUTE:
                 received.setdefault(dest, []).append(pkt)
 
         for (cid, kid), pkts in sent.items():
@@ -224,7 +224,7 @@ def golden(plans, sent, data_bits, dropped=()):
                 per_src.setdefault(pkt.src, []).append(pkt)
             order = [q for n in range(max(map(len, per_src.values())))
                      for s in sorted(per_src) for q in per_src[s][n:n + 1]]
-            if k.role == "virtual":
+            if k.role is Role.VIRTUAL:
                 new_out[(cid, gid)], _ = gw[cid].collective(k.kind, order)
             else:
                 new_out[(cid, gid)], _ = collective_stream(k.kind, _gmi_cfg(p, k, data_bits),

@@ -31,7 +31,8 @@ from .packet import INTER_CLUSTER_BIT, Packet, packet_layout, to_beats
 from .switch import COUNTER_BITS, DROP_KINDS, PacketFilter, status_name
 from .traffic import counter_report, filter_golden, fuzz_stream, random_payload, sample_signals
 
-__all__ = ["RouterConfig", "Router", "RouterModel", "cfg_layout", "addr_layout", "TEST_CONFIGS"]
+__all__ = ["RouterConfig", "Router", "RouterModel", "cfg_layout", "pack_cfg", "addr_layout",
+           "TEST_CONFIGS"]
 
 ADDR_BITS = 32
 
@@ -41,6 +42,12 @@ def cfg_layout():
     ``table`` (0 kernel, 1 cluster); ``last`` ends a configuration frame."""
     return data.StructLayout({"table": 1, "index": 8, "address": ADDR_BITS, "valid": 1,
                               "last": 1})
+
+
+def pack_cfg(beat):
+    """The integer of one configuration beat (a dict of :func:`cfg_layout`'s fields), packed by
+    the layout itself (``router_cfg.hex`` of a cluster build holds one per line)."""
+    return cfg_layout().const(beat).as_value().value
 
 
 def addr_layout():

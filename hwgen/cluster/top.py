@@ -1,10 +1,10 @@
 """Per-FPGA top level of a built cluster: the FPGA's GMI kernels, header attachers, kernel
 switches and router, on the FPGA holding kernel 0 the gateway kernel
 (:class:`~hwgen.cluster.gateway.Gateway`, configured from the builder's plan by
-:func:`gateway_config`), with the compute kernels connected outside through packet stream
-ports.
-
-:class:`FPGATop` (one per FPGA of a :class:`~hwgen.cluster.builder.ClusterPlan`)
+:func:`~hwgen.cluster.plan.gateway_config`), with the compute kernels connected outside through
+packet stream ports. Gateware only: :class:`FPGATop` is built from one FPGA's
+:class:`~hwgen.cluster.plan.FPGAPlan` (every configuration already made there);
+:func:`hwgen.cluster.builder.write_tops` emits it.
 
 Ports (emitted names; every packet stream is ``packet_layout(data_bits)`` with TKEEP, TDEST,
 TID, TUSER, TLAST):
@@ -41,21 +41,13 @@ Backpressure: a stalled kernel input stalls only the switch output for it and th
 waiting on that output.
 """
 
-import json
-from pathlib import Path
-
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
-from ..errors import ConfigError
 from .packet import INTER_CLUSTER_BIT, packet_layout
 
-__all__ = ["FPGATop", "InterSplit", "write_tops", "router_cfg_beats", "gateway_config",
-           "MAX_PACKET_BYTES"]
-
-#: Longest packet the router buffers (bytes): a row of 768 int32 results is 3072 bytes.
-MAX_PACKET_BYTES = 4096
+__all__ = ["FPGATop", "InterSplit"]
 
 
 class InterSplit(wiring.Component):
@@ -79,83 +71,19 @@ class InterSplit(wiring.Component):
         return m
 
 
-def _gmi_config(k, plan, data_bits, where):
-    from .gmi import GMIConfig
-    members = list(k.members)
-    if members != list(range(members[0], members[0] + len(members))):
-        raise ConfigError(f"{where}.to", f"GMI kernel {k.name}: members {members} are not "
-                          "contiguous kernel ids (the GMI kernels address first_member .. "
-                          "first_member + members - 1)")
-    root = k.dests[0] if k.gmi.gmi in ("gather", "reduce") else 0
-    values = {"members": len(members), "first_member": members[0], "kernel_id": k.id,
-              "root": root, "cluster_id": plan.cluster.id, "data_bits": data_bits,
-              **k.gmi.params}
-    try:
-        return GMIConfig.from_dict(values)
-    except ConfigError as e:
-        raise ConfigError(f"{where}.params.{e.param}", str(e).split(": ", 1)[-1],
-                          value=e.value) from None
-
-
-def gateway_config(plan, data_bits):
-    """:class:`~hwgen.cluster.gateway.GatewayConfig` of the cluster's gateway as the builder
-    assigned it: point to point to every physical kernel of the cluster but the gateway
-    (``local_ids``, on any FPGA of the cluster), one virtual GMI kernel per connection from
-    ``input`` with its id and members (``groups``), payloads up to ``MAX_PACKET_BYTES - 1``.
-    The virtual kernels share ``length``/``elem_bits``/``op``/``depth`` and are of different
-    kinds (a limit of the gateway; ConfigError naming the connection otherwise)."""
-    from .gateway import GatewayConfig, format_ids
-    virt = sorted((k for k in plan.kernels.values() if k.role == "virtual"), key=lambda k: k.id)
-    local = sorted(k.id for k in plan.kernels.values() if k.role in ("compute", "communication"))
-    values = {"data_bits": data_bits, "cluster_id": plan.cluster.id,
-              "local_ids": format_ids(local), "max_bytes": MAX_PACKET_BYTES - 1, "virtual": ""}
-    shared, kinds = {}, []
-    for k in virt:
-        where = f"clusters[{plan.index}].layers.connections[{k.gmi.index}]"
-        if k.kind in kinds:
-            raise ConfigError(f"{where}.gmi", "the gateway holds at most one virtual GMI "
-                              "kernel of each kind", value=k.kind)
-        kinds.append(k.kind)
-        for key, v in k.gmi.params.items():
-            if key in shared and shared[key] != v:
-                raise ConfigError(f"{where}.params.{key}", "virtual GMI kernels of one "
-                                  f"gateway share this parameter ({shared[key]} elsewhere)",
-                                  value=v)
-            shared[key] = v
-    if virt:
-        values["groups"] = ";".join(f"{k.kind}@{k.id}:" + ",".join(map(str, k.members))
-                                    for k in virt)
-    try:
-        return GatewayConfig.from_dict({**shared, **values})
-    except ConfigError as e:
-        where = f"clusters[{plan.index}].layers.connections[{virt[0].gmi.index}].params" \
-            if virt else f"clusters[{plan.index}]"
-        raise ConfigError(f"{where}.{e.param}", str(e).split(": ", 1)[-1],
-                          value=e.value) from None
-
-
 class FPGATop(wiring.Component):
     """Top level of one FPGA of a cluster (see the module docstring)."""
 
-    def __init__(self, plan, fpga, data_bits, n_clusters):
-        from .router import Router, RouterConfig, addr_layout, cfg_layout
+    def __init__(self, fpga_plan):
+        from .router import addr_layout, cfg_layout
         from .switch import COUNTER_BITS, DROP_KINDS, status_name
-        import ipaddress
-        self.plan, self.fpga, self.data_bits = plan, fpga, data_bits
-        layout = packet_layout(data_bits)
-        ids = sorted(plan.fpga_kernels[fpga.name])
-        kernels = [plan.kernels[i] for i in ids]
-        self.external = [k.id for k in kernels if k.role == "compute"]
-        self.gateway = gateway_config(plan, data_bits) if 0 in ids else None
-        self.internal = [k for k in kernels if k.role == "communication"]
-        self.router_config = RouterConfig(
-            data_bits=data_bits, members=plan.size, clusters=n_clusters,
-            length=MAX_PACKET_BYTES, node_address=int(ipaddress.IPv4Address(fpga.ip)))
-        self._cfg_layout = cfg_layout()
-        self.gmi_configs = {}
-        for k in self.internal:
-            where = f"clusters[{plan.index}].layers.connections[{k.gmi.index}]"
-            self.gmi_configs[k.id] = _gmi_config(k, plan, data_bits, where)
+        self.fpga_plan = fp = fpga_plan
+        self.data_bits = fp.data_bits
+        self.external = list(fp.external)
+        self.gateway = fp.gateway
+        self.router_config = fp.router
+        self.gmi_configs = fp.gmi_configs
+        layout = packet_layout(fp.data_bits)
         sig = {"i_cfg": In(stream.Signature(cfg_layout())),
                "i_net": In(stream.Signature(layout)),
                "o_net": Out(stream.Signature(layout)),
@@ -180,24 +108,22 @@ class FPGATop(wiring.Component):
         from .gateway import Gateway
         from .switch import DROP_KINDS, status_name
         m = Module()
-        plan, db = self.plan, self.data_bits
+        fp, db = self.fpga_plan, self.data_bits
         gw_here = self.gateway is not None
         # kernel-side endpoints: (id, sink into kernel, source out of kernel)
         ends = []
         for i in self.external:
             src = getattr(self, f"i_k{i}")
-            k = plan.kernels[i]
-            if "output" in k.dests and plan.cluster.output:
-                att = HeaderAttacher(db, dest_cluster=plan.cluster.output["cluster"],
-                                     cluster_id=plan.cluster.id)
+            if i in fp.headers:
+                att = HeaderAttacher(db, dest_cluster=fp.dest_cluster, cluster_id=fp.cluster_id)
                 m.submodules[f"header_k{i}"] = att
                 connect(m, wiring.flipped(src), att.i_pkt)
                 src = att.o_pkt
             ends.append((i, getattr(self, f"o_k{i}"), src))
-        for k in self.internal:
-            g = gmi_component(k.kind, self.gmi_configs[k.id])
-            m.submodules[f"gmi_k{k.id}"] = g
-            ends.append((k.id, g.i_pkt, g.o_pkt))
+        for i, kind in fp.gmi_kinds.items():
+            g = gmi_component(kind, self.gmi_configs[i])
+            m.submodules[f"gmi_k{i}"] = g
+            ends.append((i, g.i_pkt, g.o_pkt))
         sources = [wiring.flipped(src) if i in self.external and src is
                    getattr(self, f"i_k{i}") else src for i, _, src in ends]
         if gw_here:
@@ -251,49 +177,3 @@ class FPGATop(wiring.Component):
         else:                       # inter-cluster packets only arrive at the gateway's FPGA
             m.d.comb += split.o_inter.ready.eq(1)
         return m
-
-
-def router_cfg_beats(tables):
-    """Configuration stream beats (``cfg_layout``) loading both routing tables: one beat per
-    valid entry, kernel table then cluster table, ``last`` on the final beat."""
-    import ipaddress
-    beats = [{"table": 0, "index": k, "address": int(ipaddress.IPv4Address(ip)), "valid": 1,
-              "last": 0} for k, ip in sorted(tables["kernels"].items())]
-    beats += [{"table": 1, "index": c, "address": int(ipaddress.IPv4Address(ip)), "valid": 1,
-               "last": 0} for c, ip in sorted(tables["clusters"].items())]
-    beats[-1]["last"] = 1
-    return beats
-
-
-def _pack_cfg(beat):
-    return (beat["table"] | beat["index"] << 1 | beat["address"] << 9 | beat["valid"] << 41
-            | beat["last"] << 42)
-
-
-def write_tops(plan, plans, desc, cdir, log=None):
-    """Emit ``<fpga>/<cluster>_<fpga>.v`` + ``ports.json`` + ``router_cfg.{json,hex}`` for every
-    FPGA of ``plan``; returns the paths written."""
-    from ..flow.emit import emit_verilog
-    from .builder import routing_tables
-    written = []
-    n_clusters = max(p.cluster.id for p in plans) + 1
-    tables = routing_tables(plan, plans)
-    beats = router_cfg_beats(tables)
-    for f in plan.cluster.fpgas:
-        fdir = Path(cdir) / f.name
-        top = FPGATop(plan, f, desc.data_bits, n_clusters)
-        name = f"{plan.cluster.name}_{f.name}".replace("-", "_")
-        if log:
-            log(f"emitting {name}.v")
-        v_path, _ = emit_verilog(top, name, fdir)
-        (fdir / "router_cfg.json").write_text(json.dumps(beats, indent=1) + "\n")
-        (fdir / "router_cfg.hex").write_text("".join(f"{_pack_cfg(b):011x}\n" for b in beats))
-        (fdir / "gmi.json").write_text(json.dumps(
-            {str(i): c.to_dict() for i, c in top.gmi_configs.items()}, indent=2) + "\n")
-        written += [v_path, fdir / "ports.json", fdir / "router_cfg.json",
-                    fdir / "router_cfg.hex", fdir / "gmi.json"]
-        if top.gateway is not None:
-            (fdir / "gateway.json").write_text(json.dumps(
-                {**top.gateway.to_dict(), "derived": top.gateway.derived()}, indent=2) + "\n")
-            written.append(fdir / "gateway.json")
-    return written

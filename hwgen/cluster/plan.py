@@ -1,0 +1,342 @@
+"""Cluster plan (multi-FPGA I-BERT paper, sec. 6): what the Cluster Builder decides, as data.
+
+This module neither builds gateware nor writes files: :mod:`hwgen.cluster.top` builds the
+gateware of one FPGA from its :class:`FPGAPlan`, :mod:`hwgen.cluster.builder` writes the files.
+
+Kernel ids per cluster follow the paper's order, one contiguous space ``0 .. N-1``:
+
+* ``0``: the gateway kernel (every inter-cluster packet arrives there);
+* *compute* ids ``1 ..``: the compute kernels, layer by layer, instance by instance, in the
+  order of the layer description;
+* *communication* ids: one GMI kernel per GMI connection (a fan-out: broadcast/scatter; a
+  fan-in: gather/reduce), in the order of the connections;
+* *virtual* ids: the gateway's virtual GMI kernels (GMI connections from ``input``).
+
+Ids listed in the cluster's ``reserved_ids`` are skipped (left unassigned; their routing entries
+stay invalid), so the shipped I-BERT encoder reproduces the paper's Kern_34..38 with its
+missing Kern_33.
+
+Per cluster: :func:`plan_cluster` (ids, roles, placement, edges), :func:`routing_tables` and
+:func:`router_cfg_beats` (the routers' tables and the stream that loads them), and per FPGA
+:func:`fpga_plan` (router, GMI and gateway configurations, the top's external kernel ports and
+which of them get a header attacher). The configuration classes
+(:class:`~hwgen.cluster.router.RouterConfig`, :class:`~hwgen.cluster.gmi.GMIConfig`,
+:class:`~hwgen.cluster.gateway.GatewayConfig`) live beside their gateware and are imported only
+when a configuration is made.
+"""
+
+import ipaddress
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..errors import ConfigError
+from . import describe as D
+
+__all__ = ["Role", "Kernel", "ClusterPlan", "plan", "plan_cluster", "routing_tables",
+           "router_cfg_beats", "gmi_config", "gateway_config", "FPGAPlan", "fpga_plan",
+           "top_name", "MAX_PACKET_BYTES"]
+
+#: Longest packet the router buffers (bytes): a row of 768 int32 results is 3072 bytes.
+MAX_PACKET_BYTES = 4096
+
+
+class Role(StrEnum):
+    """What a kernel is in its cluster; the value (and ``str()``) is the string written to
+    ``kernels.json`` and ``logical.xml``."""
+    GATEWAY = "gateway"
+    COMPUTE = "compute"
+    COMMUNICATION = "communication"     # a GMI kernel in an application region
+    VIRTUAL = "virtual"                 # a GMI kernel inside the gateway
+
+
+@dataclass
+class Kernel:
+    """One kernel of a cluster."""
+    id: int
+    name: str
+    role: Role
+    kind: str                 # layer label, GMI kind or "gateway"
+    fpga: str = ""
+    modules: tuple = ()       # compute: describe.Module chain
+    gmi: object = None        # communication/virtual: the describe.Connection
+    members: tuple = ()       # GMI: member kernel ids (receivers of a fan-out, senders of a fan-in)
+    dests: list = field(default_factory=list)   # kernel ids (or "output") it sends to
+
+    def to_dict(self):
+        d = {"id": self.id, "name": self.name, "role": self.role.value, "kind": self.kind,
+             "fpga": self.fpga, "dests": self.dests}
+        if self.modules:
+            d["modules"] = [{"kind": m.kind, "params": m.params} for m in self.modules]
+        if self.gmi is not None:
+            d["gmi"] = {"op": self.gmi.gmi, "members": list(self.members),
+                        "params": self.gmi.params}
+        return d
+
+
+@dataclass
+class ClusterPlan:
+    cluster: D.Cluster
+    index: int
+    kernels: dict             # id -> Kernel
+    by_name: dict             # name -> Kernel
+    fpga_kernels: dict        # fpga name -> [ids]
+    size: int                 # N: ids 0..N-1
+    edges: list               # (src, dst) kernel ids; "input"/"output" at the cluster boundary
+
+    def counts(self):
+        """``{role string: number of kernels}`` over every role."""
+        roles = [k.role for k in self.kernels.values()]
+        return {r.value: roles.count(r) for r in Role}
+
+    def with_role(self, *roles):
+        """The kernels of these roles, by id."""
+        return [self.kernels[i] for i in sorted(self.kernels) if self.kernels[i].role in roles]
+
+    @property
+    def physical(self):
+        """Kernels placed in application regions (everything but the virtual ones)."""
+        return [k for k in self.kernels.values() if k.role is not Role.VIRTUAL]
+
+
+def plan_cluster(cluster, index, description=None):
+    """Assign ids, insert GMI kernels, place kernels on FPGAs (see module docstring)."""
+    w = f"clusters[{index}]"
+    layers = cluster.layers
+    free = (i for i in range(1, 10 ** 6) if i not in cluster.reserved_ids)
+    kernels, by_name = {}, {}
+
+    def add(k):
+        if k.id >= D.MAX_KERNELS:
+            raise ConfigError(w, f"needs more than {D.MAX_KERNELS} kernel ids (8-bit TDEST); "
+                              "split it into several clusters", value=k.id + 1)
+        kernels[k.id] = k
+        by_name[k.name] = k
+        return k
+
+    add(Kernel(0, "gateway", Role.GATEWAY, "gateway"))
+    for layer in layers.layers:
+        for inst in layer.instances():
+            add(Kernel(next(free), inst, Role.COMPUTE, layer.label, modules=layer.modules))
+    gmis = [c for c in layers.connections if c.gmi and not c.virtual]
+    virt = [c for c in layers.connections if c.virtual]
+    for c in gmis:
+        add(Kernel(next(free), c.name, Role.COMMUNICATION, c.gmi, gmi=c))
+    for c in virt:
+        add(Kernel(next(free), c.name, Role.VIRTUAL, c.gmi, gmi=c))
+    size = max(kernels) + 1
+
+    # placement
+    placed = {}
+    fpga_kernels = {f.name: [] for f in cluster.fpgas}
+    layer_names = {l.name: l for l in layers.layers}
+    for j, f in enumerate(cluster.fpgas):
+        fw = f"{w}.fpgas[{j}].kernels"
+        for ref in f.kernels:
+            if ref in layer_names:
+                names = layer_names[ref].instances()
+            elif isinstance(ref, str) and ref in by_name \
+                    and by_name[ref].role is not Role.VIRTUAL:
+                names = [ref]
+            else:
+                raise ConfigError(fw, "names no kernel: a layer, an instance (layer[i]), a GMI "
+                                  "connection or `gateway`", value=ref)
+            for name in names:
+                if name in placed:
+                    raise ConfigError(fw, f"{name} is already placed on {placed[name]}",
+                                      value=ref)
+                placed[name] = f.name
+                by_name[name].fpga = f.name
+    if "gateway" not in placed:
+        raise ConfigError(f"{w}.fpgas", "no FPGA holds the `gateway` kernel")
+    for k in kernels.values():
+        if k.role is Role.COMPUTE and not k.fpga:
+            raise ConfigError(f"{w}.fpgas", f"compute kernel {k.name} is on no FPGA")
+
+    # edges, GMI members and default GMI placement
+    edges = []
+    for c in layers.connections:
+        src = [0] if c.src == ("input",) else [by_name[s].id for s in c.src]
+        dst = ["output"] if c.dst == ("output",) else [by_name[d].id for d in c.dst]
+        if c.gmi:
+            g = by_name[c.name]
+            if c.virtual:
+                g.fpga = kernels[0].fpga
+                edges.append(("input", g.id))
+                g.members = tuple(dst)
+                edges += [(g.id, d) for d in dst]
+            elif c.gmi in D.FAN_OUT:
+                g.members = tuple(dst)
+                g.fpga = g.fpga or kernels[src[0]].fpga
+                edges += [(src[0], g.id)] + [(g.id, d) for d in dst]
+            else:
+                g.members = tuple(src)
+                g.fpga = g.fpga or kernels[dst[0]].fpga
+                edges += [(s, g.id) for s in src] + [(g.id, dst[0])]
+        elif c.src == ("input",):
+            edges += [("input", 0)] + [(0, d) for d in dst]
+        elif len(src) == len(dst):
+            edges += list(zip(src, dst))
+        else:
+            edges += [(s, dst[0]) for s in src] if len(dst) == 1 else [(src[0], d) for d in dst]
+    for s, d in edges:
+        if s != "input" and d not in kernels[s].dests:
+            kernels[s].dests.append(d)
+    for k in kernels.values():
+        if k.fpga:
+            fpga_kernels[k.fpga].append(k.id)
+    for j, f in enumerate(cluster.fpgas):
+        if len(fpga_kernels[f.name]) > D.MAX_KERNELS:
+            raise ConfigError(f"{w}.fpgas[{j}].kernels", f"an FPGA holds at most "
+                              f"{D.MAX_KERNELS} kernels", value=len(fpga_kernels[f.name]))
+    return ClusterPlan(cluster, index, kernels, by_name, fpga_kernels, size, edges)
+
+
+def plan(description):
+    """Plans of every cluster; checks that each cluster's ``output`` names an existing kernel
+    of the target cluster when that cluster is in the description."""
+    plans = [plan_cluster(c, i, description) for i, c in enumerate(description.clusters)]
+    by_id = {p.cluster.id: p for p in plans}
+    for p in plans:
+        out = p.cluster.output
+        if out and out["cluster"] in by_id:
+            target = by_id[out["cluster"]]
+            k = target.kernels.get(out["kernel"])
+            # the receiver: a virtual GMI kernel, or a kernel the gateway forwards `input` to
+            if k is None or not (k.role is Role.VIRTUAL or (0, k.id) in target.edges):
+                raise ConfigError(f"clusters[{p.index}].output.kernel",
+                                  f"cluster {out['cluster']} has no kernel with this id "
+                                  "receiving its `input`", value=out["kernel"])
+    return plans
+
+
+# -- routing -----------------------------------------------------------------------------------
+
+def routing_tables(p, plans):
+    """The two routing tables of the cluster's routers (the same on every FPGA of it):
+    ``kernels`` {kernel id: IP of its FPGA} (virtual kernels live on the gateway's FPGA) and
+    ``clusters`` {cluster id: IP of that cluster's gateway FPGA}."""
+    ips = {f.name: f.ip for f in p.cluster.fpgas}
+    kern = {k.id: ips[k.fpga] for k in p.kernels.values()}
+    clus = {}
+    for q in plans:
+        gw = q.kernels[0].fpga
+        clus[q.cluster.id] = {f.name: f.ip for f in q.cluster.fpgas}[gw]
+    return {"kernels": dict(sorted(kern.items())), "clusters": dict(sorted(clus.items()))}
+
+
+def router_cfg_beats(tables):
+    """Configuration stream beats (fields of :func:`~hwgen.cluster.router.cfg_layout`) loading
+    both routing tables: one beat per valid entry, kernel table then cluster table, ``last`` on
+    the final beat."""
+    beats = [{"table": 0, "index": k, "address": int(ipaddress.IPv4Address(ip)), "valid": 1,
+              "last": 0} for k, ip in sorted(tables["kernels"].items())]
+    beats += [{"table": 1, "index": c, "address": int(ipaddress.IPv4Address(ip)), "valid": 1,
+               "last": 0} for c, ip in sorted(tables["clusters"].items())]
+    beats[-1]["last"] = 1
+    return beats
+
+
+# -- configurations of the kernels inside the tops ---------------------------------------------
+
+def _connection(plan, k):
+    return f"clusters[{plan.index}].layers.connections[{k.gmi.index}]"
+
+
+def gmi_config(k, plan, data_bits):
+    """:class:`~hwgen.cluster.gmi.GMIConfig` of the communication kernel ``k`` of ``plan``;
+    a ConfigError names the connection (its ``to`` or ``params.<name>``)."""
+    from .gmi import GMIConfig
+    where = _connection(plan, k)
+    members = list(k.members)
+    if members != list(range(members[0], members[0] + len(members))):
+        raise ConfigError(f"{where}.to", f"GMI kernel {k.name}: members {members} are not "
+                          "contiguous kernel ids (the GMI kernels address first_member .. "
+                          "first_member + members - 1)")
+    root = k.dests[0] if k.gmi.gmi in D.FAN_IN else 0
+    values = {"members": len(members), "first_member": members[0], "kernel_id": k.id,
+              "root": root, "cluster_id": plan.cluster.id, "data_bits": data_bits,
+              **k.gmi.params}
+    try:
+        return GMIConfig.from_dict(values)
+    except ConfigError as e:
+        raise e.relocated(f"{where}.params") from None
+
+
+def gateway_config(plan, data_bits):
+    """:class:`~hwgen.cluster.gateway.GatewayConfig` of the cluster's gateway as the builder
+    assigned it: point to point to every physical kernel of the cluster but the gateway
+    (``local_ids``, on any FPGA of the cluster), one virtual GMI kernel per connection from
+    ``input`` with its id and members (``groups``), payloads up to ``MAX_PACKET_BYTES - 1``.
+    The virtual kernels share ``length``/``elem_bits``/``op``/``depth`` and are of different
+    kinds (a limit of the gateway; ConfigError naming the connection otherwise)."""
+    from .gateway import GatewayConfig, format_ids
+    virt = plan.with_role(Role.VIRTUAL)
+    local = [k.id for k in plan.with_role(Role.COMPUTE, Role.COMMUNICATION)]
+    values = {"data_bits": data_bits, "cluster_id": plan.cluster.id,
+              "local_ids": format_ids(local), "max_bytes": MAX_PACKET_BYTES - 1, "virtual": ""}
+    shared, kinds = {}, []
+    for k in virt:
+        where = _connection(plan, k)
+        if k.kind in kinds:
+            raise ConfigError(f"{where}.gmi", "the gateway holds at most one virtual GMI "
+                              "kernel of each kind", value=k.kind)
+        kinds.append(k.kind)
+        for key, v in k.gmi.params.items():
+            if key in shared and shared[key] != v:
+                raise ConfigError(f"{where}.params.{key}", "virtual GMI kernels of one "
+                                  f"gateway share this parameter ({shared[key]} elsewhere)",
+                                  value=v)
+            shared[key] = v
+    if virt:
+        values["groups"] = ";".join(f"{k.kind}@{k.id}:" + ",".join(map(str, k.members))
+                                    for k in virt)
+    try:
+        return GatewayConfig.from_dict({**shared, **values})
+    except ConfigError as e:
+        where = f"{_connection(plan, virt[0])}.params" if virt else f"clusters[{plan.index}]"
+        raise e.relocated(where) from None
+
+
+# -- one FPGA ----------------------------------------------------------------------------------
+
+def top_name(plan, fpga):
+    """Module (and file) name of the top of ``fpga``: ``<cluster>_<fpga>``, ``-`` as ``_``."""
+    return f"{plan.cluster.name}_{fpga.name}".replace("-", "_")
+
+
+@dataclass(frozen=True)
+class FPGAPlan:
+    """Everything the top of one FPGA is built from (:class:`hwgen.cluster.top.FPGATop`)."""
+    cluster_id: int
+    fpga: D.FPGA
+    name: str                 # top module name (top_name)
+    data_bits: int
+    router: object            # RouterConfig: the FPGA's node address, table sizes
+    external: tuple           # compute kernel ids: the top's m_axis_k<id>/s_axis_k<id> ports
+    headers: tuple            # external ids whose packets leave the cluster (header attached)
+    dest_cluster: object      # cluster id the headers name (the cluster's `output`), or None
+    gmi_kinds: dict           # communication kernel id -> GMI kind, inside the top
+    gmi_configs: dict         # communication kernel id -> GMIConfig
+    gateway: object           # GatewayConfig when the gateway (kernel 0) is here, else None
+
+
+def fpga_plan(plan, fpga, data_bits, n_clusters):
+    """The :class:`FPGAPlan` of ``fpga`` (a :class:`~hwgen.cluster.describe.FPGA` of
+    ``plan``'s cluster) in a description of ``n_clusters`` cluster ids."""
+    from .router import RouterConfig
+    kernels = [plan.kernels[i] for i in sorted(plan.fpga_kernels[fpga.name])]
+    external = tuple(k.id for k in kernels if k.role is Role.COMPUTE)
+    output = plan.cluster.output
+    gateway = gateway_config(plan, data_bits) if 0 in plan.fpga_kernels[fpga.name] \
+        else None
+    router = RouterConfig(data_bits=data_bits, members=plan.size, clusters=n_clusters,
+                          length=MAX_PACKET_BYTES,
+                          node_address=int(ipaddress.IPv4Address(fpga.ip)))
+    gmis = [k for k in kernels if k.role is Role.COMMUNICATION]
+    configs = {k.id: gmi_config(k, plan, data_bits) for k in gmis}
+    headers = tuple(i for i in external if output and "output" in plan.kernels[i].dests)
+    return FPGAPlan(cluster_id=plan.cluster.id, fpga=fpga, name=top_name(plan, fpga),
+                    data_bits=data_bits, router=router, external=external, headers=headers,
+                    dest_cluster=output["cluster"] if output else None,
+                    gmi_kinds={k.id: k.kind for k in gmis}, gmi_configs=configs,
+                    gateway=gateway)

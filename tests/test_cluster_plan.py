@@ -1,0 +1,111 @@
+"""Cluster plan layer: roles as an enum, per-FPGA plans, router configuration packing through
+the layout, structured ConfigError, and the plan importable without the gateware."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hwgen.cluster import describe
+from hwgen.cluster.plan import (FPGAPlan, Role, fpga_plan, plan, router_cfg_beats,
+                                routing_tables, top_name)
+from hwgen.errors import ConfigError
+
+TWO = describe.DESCRIPTIONS_DIR / "two_clusters.json"
+
+
+@pytest.fixture(scope="module")
+def ibert():
+    return plan(describe.load("ibert_encoder"))[0]
+
+
+def test_role_strings_round_trip(ibert):
+    assert [r.value for r in Role] == ["gateway", "compute", "communication", "virtual"]
+    for r in Role:
+        assert Role(r.value) is r and r == r.value and str(r) == f"{r}" == r.value
+        assert json.dumps(r) == json.dumps(r.value)
+    d = ibert.kernels[0].to_dict()
+    assert d["role"] == "gateway" and type(d["role"]) is str
+    assert json.loads(json.dumps(ibert.counts())) == {
+        "gateway": 1, "compute": 32, "communication": 5, "virtual": 1}
+    assert all(isinstance(k.role, Role) for k in ibert.kernels.values())
+
+
+def test_fpga_plan_ports_and_configs(ibert):
+    plans = [ibert]
+    by_name = {f.name: f for f in ibert.cluster.fpgas}
+    fp = fpga_plan(ibert, by_name["fpga1"], 64, 1)
+    assert isinstance(fp, FPGAPlan) and fp.name == top_name(ibert, by_name["fpga1"])
+    assert fp.external == (1, 2, 3)                # compute kernels only: ports of the top
+    assert fp.gateway is not None and fp.gateway.virtual_ids == {"broadcast": 39}
+    assert set(fp.gmi_configs) == set(fp.gmi_kinds) == {34, 35, 36}
+    assert fp.gmi_kinds[34] == "scatter" and fp.gmi_configs[34].kernel_id == 34
+    assert fp.router.members == ibert.size and fp.router.node_address == 0x0A010265
+    fp2 = fpga_plan(ibert, by_name["fpga2"], 64, 1)
+    assert fp2.gateway is None and fp2.external == tuple(range(4, 16)) and not fp2.gmi_configs
+    assert routing_tables(ibert, plans)["kernels"][39] == by_name["fpga1"].ip
+
+
+def test_header_attachers_where_kernels_send_to_output():
+    plans = plan(describe.load(TWO))
+    for p in plans:
+        n = max(q.cluster.id for q in plans) + 1
+        for f in p.cluster.fpgas:
+            fp = fpga_plan(p, f, 64, n)
+            want = tuple(i for i in fp.external if "output" in p.kernels[i].dests)
+            assert fp.headers == (want if p.cluster.output else ())
+            assert fp.dest_cluster == (p.cluster.output or {}).get("cluster")
+    assert any(fpga_plan(p, f, 64, 2).headers for p in plans for f in p.cluster.fpgas)
+
+
+def test_cfg_packing_is_the_layouts(ibert):
+    from hwgen.cluster.router import cfg_layout, pack_cfg
+    layout = cfg_layout()
+    beats = router_cfg_beats(routing_tables(ibert, [ibert]))
+    assert beats[-1]["last"] == 1 and sum(b["last"] for b in beats) == 1
+    for b in beats + [{"table": 1, "index": 255, "address": 2 ** 32 - 1, "valid": 1,
+                       "last": 1}]:
+        by_fields = sum(b[name] << f.offset for name, f in layout)
+        assert pack_cfg(b) == by_fields < 1 << layout.size
+        # the hand-written packing the builder used before (router_cfg.hex stays the same)
+        assert pack_cfg(b) == (b["table"] | b["index"] << 1 | b["address"] << 9
+                               | b["valid"] << 41 | b["last"] << 42)
+
+
+def test_config_error_reason_and_location():
+    e = ConfigError("m", "must be an integer in 1..64", value=0)
+    assert str(e) == "m=0: must be an integer in 1..64"
+    assert (e.param, e.value, e.reason) == ("m", 0, "must be an integer in 1..64")
+    e = ConfigError("op", "two\nlines")
+    assert str(e) == "op: two lines" and e.reason == "two lines" and e.value is None
+    # a value whose repr holds ": " (splitting the message text would cut it there)
+    e = ConfigError("params", "must be numbers", value={"a": "b"})
+    moved = e.relocated("clusters[0].layers.connections[1]")
+    assert moved.param == "clusters[0].layers.connections[1].params"
+    assert moved.reason == e.reason and moved.value == e.value
+    assert str(moved) == "clusters[0].layers.connections[1].params={'a': 'b'}: must be numbers"
+
+
+def test_gmi_error_names_the_connection():
+    raw = json.loads(TWO.read_text())
+    raw["clusters"][1]["layers"]["connections"][1]["params"]["op"] = "median"
+    plans = plan(describe.parse(raw, base_dir=describe.DESCRIPTIONS_DIR))
+    p = plans[1]
+    f = next(f for f in p.cluster.fpgas
+             if any(p.kernels[i].role is Role.COMMUNICATION for i in p.fpga_kernels[f.name]))
+    with pytest.raises(ConfigError) as e:
+        fpga_plan(p, f, 64, 2)
+    assert e.value.param == "clusters[1].layers.connections[1].params.op"
+    assert e.value.value == "median" and str(e.value).endswith(": " + e.value.reason)
+
+
+def test_plan_imports_no_gateware():
+    code = ("import sys; from hwgen.cluster import describe, plan as P\n"
+            "assert not [m for m in sys.modules if m.startswith('amaranth')]\n"
+            "plans = P.plan(describe.load('two_clusters'))\n"
+            "f = plans[0].cluster.fpgas[0]\n"
+            "P.fpga_plan(plans[0], f, 64, 2)\n"
+            "assert 'hwgen.cluster.top' not in sys.modules\n"
+            "assert 'hwgen.cluster.builder' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
