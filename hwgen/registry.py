@@ -268,6 +268,41 @@ ACCELERATORS = {a.name: a for a in [
         default_items=200,
         test_configs_spec="hwgen.cluster.gateway:TEST_CONFIGS",
     ),
+    Accelerator(
+        name="cluster-row2pkt",
+        summary="Packet adapter, kernel output side: rows of lanes x elements (8/16/32-bit) "
+                "to Galapagos packets to one kernel id, rows longer than the maximum packet "
+                "split",
+        config_path="hwgen.cluster.adapter:RowToPacketsConfig",
+        top_path="hwgen.cluster.adapter:RowToPackets",
+        model_path="hwgen.cluster.adapter:RowToPacketsModel",
+        default_items=100,
+        test_items=40,
+        test_configs_spec="hwgen.cluster.adapter:ROW2PKT_CONFIGS",
+    ),
+    Accelerator(
+        name="cluster-pkt2row",
+        summary="Packet adapter, kernel input side: packets separated by source id (TID) into "
+                "one row stream per source, rows counted in elements across packets; unknown "
+                "sources dropped and counted",
+        config_path="hwgen.cluster.adapter:PacketsToRowsConfig",
+        top_path="hwgen.cluster.adapter:PacketsToRows",
+        model_path="hwgen.cluster.adapter:PacketsToRowsModel",
+        default_items=100,
+        test_items=40,
+        test_configs_spec="hwgen.cluster.adapter:PKT2ROW_CONFIGS",
+    ),
+    Accelerator(
+        name="cluster-kernel-chain",
+        summary="Compute kernel of a layer description: a chain of I-BERT kernels, each "
+                "output regrouped into the next kernel's beats (lanes, row ends, widths)",
+        config_path="hwgen.cluster.compute:KernelChainConfig",
+        top_path="hwgen.cluster.compute:KernelChain",
+        model_path="hwgen.cluster.compute:KernelChainModel",
+        default_items=40,
+        test_items=30,
+        test_configs_spec="hwgen.cluster.compute:TEST_CONFIGS",
+    ),
 ] + [
     Accelerator(
         name="maxsim",

@@ -1,0 +1,892 @@
+"""Packet adapters between compute kernels' row streams and Galapagos packets.
+
+A compute kernel (the I-BERT kernels of :mod:`hwgen.ibert`) streams *rows*: ``lanes`` elements
+per beat, TLAST (``last``) on a row's final beat, the final beat padded when ``lanes`` does not
+divide the row (:mod:`hwgen.ibert.stream_rows`). Between kernels the rows travel as Galapagos
+packets (:mod:`hwgen.cluster.packet`). The two adapters here convert:
+
+* :class:`RowToPackets` (kernel output -> network): the elements of a row, each ``elem_bits``
+  (8, 16 or 32) wide, little-endian, byte ``k`` of the row in payload byte ``k``; one packet per
+  row, split into several packets of at most ``max_packet_bytes`` when the row is longer (TLAST
+  on every packet's final beat; TKEEP of a partial final beat = its valid low bytes), TDEST =
+  ``dest``, TID = ``src``, TUSER = 0 (an intra-cluster packet; the GMI header attacher makes
+  it an inter-cluster one).
+* :class:`PacketsToRows` (network -> kernel input): packets from several source kernels arrive
+  on one packet port; each source id (TID) has its own output row stream (``o_0``, ``o_1``,
+  ...: Q and K of the attention dot product, P and V of softmax x V, the residual of a
+  requantisation). The bytes of one source form one byte stream; rows are cut from it by
+  counting ``row_elems`` elements, whatever the packet boundaries (a row may span packets, a
+  packet may end inside an element). With ``row_elems = 0`` a row ends with each packet
+  instead (rows of any length, e.g. the softmax's rows of M <= max_len scores: the sender's
+  :class:`RowToPackets` then needs ``max_packet_bytes`` >= its longest row, and the packets
+  whole elements). Packets of unknown TIDs are dropped and counted.
+
+Row formats
+-----------
+Both adapters describe the kernel side with a :class:`RowFormat`; its :meth:`RowFormat.layout`
+is the kernel's own payload layout, so ``wiring.connect`` joins adapter and kernel directly:
+
+===================  ======================================================================
+field                ``field`` (the kernel's payload field name, e.g. ``q``, ``y``, ``p``):
+                     ``ArrayLayout(signed/unsigned(field_bits), lanes)``, or with
+                     ``array = False`` (``lanes`` = 1) a plain integer (the attention
+                     scores' ``s``). Elements travel as ``elem_bits`` in packets: sign- or
+                     zero-extended on the way in, truncated to ``field_bits`` on the way out.
+``count``            with ``count``: elements in the beat (``lanes`` except on a row's final
+                     beat), ``unsigned(lanes.bit_length())`` as the softmax's ``count``.
+``last_row``         with ``rows`` > 0: set on every beat of every ``rows``-th row (the last
+                     row of a matrix of ``rows`` rows: Linear's ``i_x``, softmax x V's ``i_p``).
+                     :class:`RowToPackets` accepts the field and ignores it.
+``last``             TLAST, the row's final beat.
+===================  ======================================================================
+
+Kernels whose TLAST marks the end of a *matrix* of one-beat rows (attention ``i_q``/``i_k``,
+softmax x V ``i_v``) use ``lanes = head_dim`` and ``row_elems = M * head_dim``: the adapter's
+"row" is whatever ``last`` delimits. A requantisation with a residual takes ``q`` and ``id`` in
+one beat: two sources of one :class:`PacketsToRows`, zipped by :func:`join_rows`.
+:func:`row_format_from_ports` reads a format from a kernel's ``ports.json`` stream entry.
+
+=====================  ========================================================================
+kernel stream          adapter format (``field``, ``lanes``, ``elem_bits``/``field_bits``, row)
+=====================  ========================================================================
+linear ``i_x``         p2r ``x``, pes, 8, row K, ``rows`` = M (``last_row``)
+linear ``o_y``         r2p ``y``, tiles, 32, row N, ``rows`` = M (``last_row`` ignored)
+requant ``i_x``        p2r ``q``, lanes, 32 (in_bits); with identity a second source ``id``
+                       (8) and :func:`join_rows`
+requant ``o_y``        r2p ``y``, lanes, 8 (bits), row ``row``
+gelu/layernorm input   p2r ``q``, lanes, 32 (in_bits <= 32), row ``row``/``hidden``
+gelu/layernorm output  too wide (47 / 33 bits at the defaults): a requant first
+softmax ``i_x``        p2r ``q``, lanes, 32, ``count``, row M (or 0: a row per packet)
+softmax ``o_y``        r2p ``y``, lanes, 16/9 unsigned, ``count``, row <= max_len
+attn-dot ``i_q/i_k``   p2r ``q``/``k``, head_dim, 8, row M x head_dim (one matrix)
+attn-dot ``o_s``       r2p ``s`` (``array`` false), 1, 32, row M, ``rows`` = M
+softmax-mm ``i_p``     p2r ``p``, pes, 16/9 unsigned, row M, ``rows`` = M (``last_row``)
+softmax-mm ``i_v``     p2r ``v``, head_dim, 8, row M x head_dim (one matrix)
+softmax-mm ``o_o``     r2p ``o``, head_dim, 32, row M x head_dim
+=====================  ========================================================================
+
+(p2r: :class:`PacketsToRows` output, r2p: :class:`RowToPackets` input; ``tests/
+test_cluster_adapter.py`` connects each with ``wiring.connect``.) Counting ``rows`` and ``row
+= M x head_dim`` fix M in the adapter's configuration; only the softmax-style rows (``count``,
+``row_elems = 0``) follow any M at run time.
+"""
+
+import re
+from dataclasses import dataclass, fields as dc_fields, replace
+
+import numpy as np
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import Config, param
+from ..errors import ConfigError
+from ..flow.model import StreamModel
+from .packet import Packet, packet_layout, to_beats
+
+__all__ = ["ELEM_BITS", "RowFormat", "row_format_from_ports", "RowToPacketsConfig",
+           "PacketsToRowsConfig", "RowToPackets", "PacketsToRows", "join_rows",
+           "encode_rows", "decode_bytes", "rows_to_packets", "packets_to_rows", "row_beats",
+           "beats_to_rows", "RowToPacketsModel", "PacketsToRowsModel", "ROW2PKT_CONFIGS",
+           "PKT2ROW_CONFIGS"]
+
+#: Element widths in packets (whole bytes, a power of two so elements never straddle lanes).
+ELEM_BITS = (8, 16, 32)
+#: Payload fields of the row layout besides the data field.
+RESERVED = ("count", "last_row", "last")
+COUNTER_BITS = 32
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+# -- row formats ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RowFormat:
+    """One kernel-side row stream (see the module docstring for the payload)."""
+    field: str = "x"
+    lanes: int = 1
+    elem_bits: int = 8
+    field_bits: int = 0
+    signed: bool = True
+    row_elems: int = 1
+    count: bool = False
+    rows: int = 0
+    array: bool = True
+
+    def check(self, where=None):
+        """Raise :class:`ConfigError` naming ``where`` (default: the parameter) on a bad
+        value."""
+        def bad(name, msg):
+            raise ConfigError(where or name, f"{name}: {msg}" if where else msg,
+                              value=getattr(self, name))
+        if not isinstance(self.field, str) or not _NAME.fullmatch(self.field) \
+                or self.field in RESERVED:
+            bad("field", "must be an identifier other than " + ", ".join(RESERVED))
+        if self.elem_bits not in ELEM_BITS:
+            bad("elem_bits", "must be one of 8, 16, 32 (elements fill whole bytes)")
+        if not 1 <= self.lanes <= 256:
+            bad("lanes", "must be an integer in 1..256")
+        if not 0 <= self.field_bits <= self.elem_bits:
+            bad("field_bits", f"must be in 0..elem_bits={self.elem_bits} (0: elem_bits)")
+        if not 0 <= self.row_elems <= 1 << 20:
+            bad("row_elems", "must be an integer in 0..1048576 (0: a row is a packet)")
+        if not 0 <= self.rows <= 1 << 16:
+            bad("rows", "must be an integer in 0..65536 (0: no last_row field)")
+        if not self.array and self.lanes != 1:
+            bad("array", "a plain (non-array) field needs lanes=1")
+
+    @property
+    def bits(self):
+        return self.field_bits or self.elem_bits
+
+    @property
+    def shape(self):
+        return signed(self.bits) if self.signed else unsigned(self.bits)
+
+    @property
+    def elem_bytes(self):
+        return self.elem_bits // 8
+
+    @property
+    def beat_bytes(self):
+        return self.lanes * self.elem_bytes
+
+    @property
+    def row_bytes(self):
+        return self.row_elems * self.elem_bytes
+
+    @property
+    def tail(self):
+        """Elements in a fixed-length row's final beat."""
+        return self.row_elems - (-(-self.row_elems // self.lanes) - 1) * self.lanes
+
+    @property
+    def count_bits(self):
+        return self.lanes.bit_length()
+
+    def layout(self):
+        """The kernel-side payload: ``field``, [``count``], [``last_row``], ``last``."""
+        shape = data.ArrayLayout(self.shape, self.lanes) if self.array else self.shape
+        fields = {self.field: shape}
+        if self.count:
+            fields["count"] = unsigned(self.count_bits)
+        if self.rows:
+            fields["last_row"] = 1
+        fields["last"] = 1
+        return data.StructLayout(fields)
+
+    def value_range(self):
+        b = self.bits
+        return (-(1 << (b - 1)), (1 << (b - 1)) - 1) if self.signed else (0, (1 << b) - 1)
+
+
+FORMAT_KEYS = tuple(f.name for f in dc_fields(RowFormat))
+
+
+def row_format_from_ports(entry, row_elems, rows=0):
+    """The :class:`RowFormat` of a kernel stream from its ``ports.json`` entry (``{"fields":
+    [{"name", "bits", "count", "signed", "array"}, ...]}``): the data field is the first one
+    that is not ``count``/``last_row``; ``elem_bits`` the smallest of :data:`ELEM_BITS` that
+    holds it; ``rows`` (needed when the stream has ``last_row``) and ``row_elems`` as given."""
+    found = {f["name"]: f for f in entry["fields"]}
+    main = next((f for f in entry["fields"] if f["name"] not in RESERVED), None)
+    if main is None:
+        raise ConfigError("field", "the stream has no element field",
+                          value=[f["name"] for f in entry["fields"]])
+    if main["bits"] > ELEM_BITS[-1]:
+        raise ConfigError("field_bits", "elements wider than 32 bits do not fit a packet "
+                          "element", value=main["bits"])
+    if "last_row" in found and not rows:
+        raise ConfigError("rows", "the stream has last_row: give the rows of a matrix",
+                          value=rows)
+    fmt = RowFormat(field=main["name"], lanes=main["count"], field_bits=main["bits"],
+                    elem_bits=next(b for b in ELEM_BITS if b >= main["bits"]),
+                    signed=main["signed"], row_elems=row_elems, count="count" in found,
+                    rows=rows if "last_row" in found else 0, array=main["array"])
+    fmt.check()
+    return fmt
+
+
+@dataclass(frozen=True)
+class _FormatConfig(Config):
+    """Row-format parameters shared by both adapters (the defaults of every source)."""
+    data_bits: int = param(64, "TDATA bits of the packet stream", choices=(64, 128, 256, 512))
+    field: str = param("x", "name of the kernel payload's element field (q, y, p, s ...)")
+    lanes: int = param(4, "elements per kernel beat", lo=1, hi=256)
+    elem_bits: int = param(8, "bits per element in packets", choices=ELEM_BITS)
+    field_bits: int = param(0, "bits of the kernel's element field (0: elem_bits; fewer: "
+                               "sign/zero-extended into elem_bits)", lo=0, hi=32)
+    signed: bool = param(True, "elements are signed")
+    row_elems: int = param(37, "elements per row (with count on the row side: the longest "
+                               "row); packets to rows: 0 = a row ends with each packet",
+                           lo=0, hi=1 << 20)
+    count: bool = param(False, "the kernel payload has a count field (elements in the beat)")
+    rows: int = param(0, "rows per matrix: a last_row field set on every rows-th row "
+                         "(0: none)", lo=0, hi=1 << 16)
+    array: bool = param(True, "the element field is an array of lanes (false: a plain "
+                              "integer, lanes=1)")
+
+    @property
+    def format(self):
+        return RowFormat(**{k: getattr(self, k) for k in FORMAT_KEYS})
+
+    def check(self):
+        self.format.check()
+
+
+@dataclass(frozen=True)
+class RowToPacketsConfig(_FormatConfig):
+    """``cluster-row2pkt``: kernel rows to packets (:class:`RowToPackets`). With ``count`` the
+    rows have any length 1..``row_elems`` (the ``count`` of the final beat says)."""
+    dest: int = param(2, "TDEST: the destination kernel id", lo=0, hi=255)
+    src: int = param(1, "TID: this kernel's id", lo=0, hi=255)
+    max_packet_bytes: int = param(1024, "longest packet payload; longer rows are split",
+                                  lo=1, hi=1 << 16)
+
+    def check(self):
+        super().check()
+        if not self.row_elems:
+            raise ConfigError("row_elems", "must be at least 1 (rows of any length: set count "
+                              "and give the longest row)", value=self.row_elems)
+
+    def derived(self):
+        f = self.format
+        return {"beat_bytes": f.beat_bytes, "row_bytes": f.row_bytes,
+                "buffer_bytes": f.beat_bytes + self.data_bits // 8,
+                "packets_per_row": -(-f.row_bytes // self.max_packet_bytes)}
+
+
+def _parse_value(key, text, where):
+    kind = type(getattr(RowFormat, key))
+    if kind is str:
+        return text
+    if kind is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(where, f"{key} must be true or false", value=text)
+    if not re.fullmatch(r"[0-9]+", text.strip()):
+        raise ConfigError(where, f"{key} must be a decimal integer", value=text)
+    return int(text.strip())
+
+
+@dataclass(frozen=True)
+class PacketsToRowsConfig(_FormatConfig):
+    """``cluster-pkt2row``: packets from ``sources`` to one row stream each
+    (:class:`PacketsToRows`)."""
+    sources: str = param("1,2", "source kernel ids (TID), one output o_<k> each, as "
+                                "'id[:key=value...],...'; keys override the row-format "
+                                "parameters for that source (e.g. '4:field=p:lanes=3,5:field=v')")
+    fifo_depth: int = param(16, "packet beats buffered per source", lo=2, hi=4096)
+
+    @property
+    def source_formats(self):
+        """``[(tid, RowFormat), ...]`` in output order."""
+        out = []
+        for k, entry in enumerate(self.sources.split(",")):
+            where = f"sources[{k}]"
+            head, *pairs = entry.strip().split(":")
+            if not re.fullmatch(r"[0-9]{1,3}", head.strip()) or int(head) > 255:
+                raise ConfigError(where, "a source id must be an integer in 0..255",
+                                  value=entry)
+            changes = {}
+            for pair in pairs:
+                key, sep, text = pair.partition("=")
+                key = key.strip()
+                if not sep or key not in FORMAT_KEYS:
+                    raise ConfigError(where, "expected key=value with key one of "
+                                      + ", ".join(FORMAT_KEYS), value=pair)
+                changes[key] = _parse_value(key, text, where)
+            fmt = replace(self.format, **changes)
+            fmt.check(where)
+            out.append((int(head), fmt))
+        return out
+
+    def check(self):
+        super().check()
+        ids = [tid for tid, _ in self.source_formats]
+        if len(set(ids)) != len(ids):
+            raise ConfigError("sources", "source ids must differ", value=self.sources)
+        if len(ids) > 16:
+            raise ConfigError("sources", "at most 16 sources", value=self.sources)
+
+    def derived(self):
+        return {"outputs": {f"o_{k}": {"tid": tid, "beat_bytes": f.beat_bytes,
+                                       "row_bytes": f.row_bytes}
+                            for k, (tid, f) in enumerate(self.source_formats)}}
+
+
+# -- golden model ----------------------------------------------------------------------------
+
+def encode_rows(rows, fmt):
+    """Bytes of ``rows`` (sequences of integers in ``fmt``'s range): each element
+    ``elem_bits`` wide (two's complement), little-endian, rows concatenated."""
+    mask = (1 << fmt.elem_bits) - 1
+    return b"".join((int(v) & mask).to_bytes(fmt.elem_bytes, "little")
+                    for row in rows for v in row)
+
+
+def decode_bytes(body, fmt):
+    """Elements of ``body`` (whole elements only), truncated to ``field_bits`` and read
+    signed or unsigned as ``fmt`` says (int64 array)."""
+    n = len(body) // fmt.elem_bytes
+    words = [int.from_bytes(body[k * fmt.elem_bytes:(k + 1) * fmt.elem_bytes], "little")
+             for k in range(n)]
+    b = fmt.bits
+    vals = [w & ((1 << b) - 1) for w in words]
+    if fmt.signed:
+        vals = [v - (1 << b) if v >> (b - 1) else v for v in vals]
+    return np.array(vals, dtype=np.int64)
+
+
+def rows_to_packets(rows, fmt, dest, src, max_packet_bytes):
+    """What :class:`RowToPackets` sends: per row, its bytes (:func:`encode_rows`) cut into
+    packets of ``max_packet_bytes`` (the last one shorter)."""
+    out = []
+    for row in rows:
+        body = encode_rows([row], fmt)
+        out += [Packet(dest, src, body[k:k + max_packet_bytes])
+                for k in range(0, len(body), max_packet_bytes)]
+    return out
+
+
+def packets_to_rows(packets, formats):
+    """What :class:`PacketsToRows` makes of ``packets``: ``({tid: [row arrays]}, dropped)``
+    for ``formats`` = ``{tid: RowFormat}``: each source's payload bytes concatenated in order
+    and cut into rows of ``row_elems`` elements (trailing bytes of an unfinished row are left
+    out), or with ``row_elems = 0`` one row per packet (whole elements); packets of other TIDs
+    are dropped and counted."""
+    streams = {tid: bytearray() for tid in formats}
+    rows = {tid: [] for tid in formats}
+    dropped = 0
+    for p in packets:
+        fmt = formats.get(p.src)
+        if fmt is None:
+            dropped += 1
+        elif fmt.row_elems:
+            streams[p.src] += p.payload
+        elif len(p.payload) % fmt.elem_bytes:
+            raise ValueError(f"a packet from {p.src} ends inside an element")
+        else:
+            rows[p.src].append(decode_bytes(p.payload, fmt))
+    for tid, fmt in formats.items():
+        if not fmt.row_elems:
+            continue
+        n = len(streams[tid]) // fmt.row_bytes
+        body = bytes(streams[tid])
+        rows[tid] += [decode_bytes(body[k * fmt.row_bytes:(k + 1) * fmt.row_bytes], fmt)
+                      for k in range(n)]
+    return rows, dropped
+
+
+def row_beats(rows, fmt, rng=None):
+    """Kernel-side beats of ``rows`` in ``fmt``'s layout (:mod:`hwgen.ibert.stream_rows`):
+    padding lanes 0 (random with ``rng``: inputs whose padding the adapter ignores), ``count``
+    per beat, ``last_row`` on every beat of each ``rows``-th row (random with ``rng``)."""
+    beats = []
+    lo, hi = fmt.value_range()
+    for r, row in enumerate(rows):
+        row = [int(v) for v in row]
+        nb = -(-len(row) // fmt.lanes)
+        for k in range(nb):
+            vals = row[k * fmt.lanes:(k + 1) * fmt.lanes]
+            n = len(vals)
+            pad = fmt.lanes - n
+            vals += [int(v) for v in rng.integers(lo, hi, pad, endpoint=True)] if rng is not None \
+                else [0] * pad
+            beat = {fmt.field: vals if fmt.array else vals[0]}
+            if fmt.count:
+                beat["count"] = n
+            if fmt.rows:
+                beat["last_row"] = int(rng.integers(2)) if rng is not None \
+                    else int(r % fmt.rows == fmt.rows - 1)
+            beat["last"] = int(k == nb - 1)
+            beats.append(beat)
+    return beats
+
+
+def beats_to_rows(beats, fmt):
+    """Rows of kernel-side beats (inverse of :func:`row_beats`): the elements of each beat
+    (``count`` of them with ``count``, else ``lanes``, or :attr:`RowFormat.tail` on a final
+    beat), a row ending at ``last``."""
+    rows, cur = [], []
+    for beat in beats:
+        vals = beat[fmt.field] if fmt.array else [beat[fmt.field]]
+        n = beat["count"] if fmt.count and beat["last"] else \
+            (fmt.tail if beat["last"] else fmt.lanes)
+        cur += list(vals[:n])
+        if beat["last"]:
+            rows.append(np.array(cur, dtype=np.int64))
+            cur = []
+    return rows
+
+
+# -- gateware --------------------------------------------------------------------------------
+
+def _const_reg(m, value, width, name):
+    """A flop always holding ``value`` (Verilator does not evaluate an ``always @*`` block that
+    only assigns a constant to part of a signal)."""
+    reg = Signal(width, init=value, name=name)
+    m.d.sync += reg.eq(value)
+    return reg
+
+
+def _bytes_mask(n, total):
+    """``total`` bytes of ones below byte ``n`` (an Amaranth value), zeros above."""
+    return Cat(*[(n > k).replicate(8) for k in range(total)])
+
+
+def _byte_shift(m, value, nbytes, width, left, name):
+    """``value`` shifted left (``left``) or right by ``nbytes`` whole bytes (a barrel
+    shifter), cut to ``width`` bits."""
+    amount = Cat(Const(0, 3), nbytes)
+    out = Signal(width, name=name)
+    m.d.comb += out.eq(value << amount if left else value >> amount)
+    return out
+
+
+def _min(a, b):
+    return Mux(a < b, a, b)
+
+
+class RowToPackets(wiring.Component):
+    """Kernel rows -> Galapagos packets (see the module docstring for the formats).
+
+    Parameters
+    ----------
+    config : RowToPacketsConfig
+
+    Members
+    -------
+    i_row : ``In(stream.Signature(config.format.layout()))``
+        Kernel rows. A beat carries ``count`` elements with ``count`` (read on ``last`` beats;
+        other beats are full), else ``lanes`` (:attr:`RowFormat.tail` on ``last`` beats).
+        Padding lanes and ``last_row`` are ignored.
+    o_pkt : ``Out(stream.Signature(packet_layout(data_bits)))``
+        Packets to ``dest`` from ``src``: each row's ``elem_bits`` elements little-endian, at
+        most ``max_packet_bytes`` per packet; TLAST at each packet's end, the final beat's
+        TKEEP its valid low bytes, data bytes past TKEEP zero.
+
+    Organisation and timing
+    -----------------------
+    A byte buffer of ``lanes * elem_bytes + data_bits / 8`` bytes: input beats append their
+    bytes, output beats take ``min(data_bits / 8, room left in the packet, bytes up to the row's
+    end)`` from its bottom. An output beat leaves the cycle after the input beat that completes
+    it (latency 1). Input II 1 while the output keeps up: ``ceil(beat_bytes / (data_bits / 8))``
+    output beats per input beat plus one where a row or packet ends inside a beat; one row
+    end is held at a time, so a row's last beat waits while the previous row's end is still in
+    the buffer. Backpressure: ``i_row.ready`` follows ``o_pkt.ready`` combinationally (an
+    input beat is taken when the bytes left after this cycle's output leave room for it).
+    """
+
+    def __init__(self, config):
+        self.config = config
+        super().__init__({"i_row": In(stream.Signature(config.format.layout())),
+                          "o_pkt": Out(stream.Signature(packet_layout(config.data_bits)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        c, f = self.config, self.config.format
+        L, W, EB = c.data_bits // 8, f.beat_bytes, f.elem_bytes
+        B = W + L
+        i, o = self.i_row, self.o_pkt
+        buf = Signal(8 * B)
+        n = Signal(range(B + 1))
+        pend = Signal()                         # a row end lies in the buffer ...
+        endpos = Signal(range(B + 1))           # ... after this many bytes
+        pkt_n = Signal(range(c.max_packet_bytes))
+
+        # output beat: e bytes
+        room = Signal(range(c.max_packet_bytes + 1))
+        e = Signal(range(L + 1))
+        m.d.comb += [room.eq(c.max_packet_bytes - pkt_n),
+                     e.eq(_min(_min(room, L), Mux(pend, endpos, L)))]
+        row_end = pend & (e == endpos)
+        pkt_end = row_end | (e == room)
+        take = Signal()
+        m.d.comb += [o.valid.eq(n >= e), take.eq(o.valid & o.ready),
+                     o.payload.data.eq(buf[:8 * L] & _bytes_mask(e, L)),
+                     o.payload.keep.eq(Cat(*[e > k for k in range(L)])),
+                     o.payload.last.eq(pkt_end),
+                     o.payload.dest.eq(_const_reg(m, c.dest, 8, "dest")),
+                     o.payload.id.eq(_const_reg(m, c.src, 8, "src")),
+                     o.payload.user.eq(_const_reg(m, 0, 17, "user"))]
+        shift = Signal(range(L + 1))
+        m.d.comb += shift.eq(Mux(take, e, 0))
+        n1 = Signal(range(B + 1))
+        m.d.comb += n1.eq(n - shift)
+        buf1 = _byte_shift(m, buf, shift, 8 * B, False, "buf_rest")
+        pend1 = pend & ~(take & row_end)
+
+        # input beat: its elements as bytes, padding lanes zero
+        beat = i.payload
+        lanes = [getattr(beat, f.field)[k] for k in range(f.lanes)] if f.array \
+            else [getattr(beat, f.field)]
+        if f.count:
+            n_elems = Mux(beat.last, beat.count, f.lanes)
+        else:
+            n_elems = Mux(beat.last, f.tail, f.lanes)
+        elems = Signal(range(f.lanes + 1))
+        m.d.comb += elems.eq(n_elems)
+        in_bytes = Signal(range(W + 1))
+        m.d.comb += in_bytes.eq(elems * EB)
+        packed = Cat(*[Mux(elems > k, _extend(lane, f), 0) for k, lane in enumerate(lanes)])
+        placed = _byte_shift(m, packed, n1, 8 * B, True, "placed")
+        accept = Signal()
+        m.d.comb += [i.ready.eq((n1 <= L) & ~(pend1 & beat.last)),
+                     accept.eq(i.valid & i.ready)]
+
+        m.d.sync += [buf.eq(buf1), n.eq(n1)]
+        with m.If(take):
+            m.d.sync += pkt_n.eq(Mux(pkt_end, 0, pkt_n + e))
+            with m.If(pend):
+                m.d.sync += endpos.eq(endpos - e)
+            with m.If(row_end):
+                m.d.sync += pend.eq(0)
+        with m.If(accept):
+            m.d.sync += [buf.eq(buf1 | placed), n.eq(n1 + in_bytes)]
+            with m.If(beat.last):
+                m.d.sync += [pend.eq(1), endpos.eq(n1 + in_bytes)]
+        return m
+
+
+def _extend(lane, fmt):
+    """A lane's ``field_bits`` sign- or zero-extended to ``elem_bits`` (unsigned bits)."""
+    v = Value.cast(lane)[:fmt.bits]
+    top = v[-1] if fmt.signed else Const(0, 1)
+    return Cat(v, top.replicate(fmt.elem_bits - fmt.bits))
+
+
+class _Unpack(wiring.Component):
+    """One source's byte stream -> kernel rows (part of :class:`PacketsToRows`).
+
+    ``i``: ``{"data": data_bits, "n": bytes, "end": packet end}`` chunks (bytes ``0 .. n-1``
+    valid); ``o``: rows in ``fmt.layout()``. A buffer of ``beat_bytes + data_bits / 8`` bytes;
+    an output beat takes ``min(beat_bytes, bytes left in the row)`` from its bottom once that
+    many are there (latency 1); a chunk is appended while the bytes left after this cycle's
+    output leave room. Rows end after ``row_bytes`` bytes, or with ``row_elems = 0`` at the
+    packet ends (one packet end is held at a time: a chunk with ``end`` waits while the
+    previous one is still in the buffer).
+    """
+
+    def __init__(self, data_bits, fmt):
+        self.L, self.fmt = data_bits // 8, fmt
+        self.chunk = data.StructLayout({"data": data_bits, "n": range(self.L + 1), "end": 1})
+        super().__init__({"i": In(stream.Signature(self.chunk)),
+                          "o": Out(stream.Signature(fmt.layout()))})
+
+    def elaborate(self, platform):
+        m = Module()
+        f, L = self.fmt, self.L
+        W, EB = f.beat_bytes, f.elem_bytes
+        B = W + L
+        i, o = self.i, self.o
+        buf = Signal(8 * B)
+        n = Signal(range(B + 1))
+        e = Signal(range(W + 1))
+        if f.row_elems:                         # rows counted in bytes
+            rem = Signal(range(f.row_bytes + 1), init=f.row_bytes)
+            m.d.comb += e.eq(_min(rem, W))
+            row_end = e == rem
+        else:                                   # rows end with packets
+            pend = Signal()                     # a packet end lies in the buffer ...
+            endpos = Signal(range(B + 1))       # ... after this many bytes
+            m.d.comb += e.eq(Mux(pend, _min(endpos, W), W))
+            row_end = pend & (e == endpos)
+        take = Signal()
+        m.d.comb += [o.valid.eq(n >= e), take.eq(o.valid & o.ready), o.payload.last.eq(row_end)]
+        field = getattr(o.payload, f.field)
+        for k in range(f.lanes):
+            lane = field[k] if f.array else field
+            word = buf[8 * EB * k:8 * EB * (k + 1)][:f.bits]
+            m.d.comb += lane.eq(Mux(e > EB * k, word, 0))
+        if f.count:
+            m.d.comb += o.payload.count.eq(e >> (EB.bit_length() - 1))
+        if f.rows:
+            row = Signal(range(f.rows))
+            m.d.comb += o.payload.last_row.eq(row == f.rows - 1)
+            with m.If(take & row_end):
+                m.d.sync += row.eq(Mux(row == f.rows - 1, 0, row + 1))
+        shift = Signal(range(W + 1))
+        m.d.comb += shift.eq(Mux(take, e, 0))
+        n1 = Signal(range(B + 1))
+        m.d.comb += n1.eq(n - shift)
+        buf1 = _byte_shift(m, buf, shift, 8 * B, False, "buf_rest")
+        placed = _byte_shift(m, i.payload.data & _bytes_mask(i.payload.n, L), n1, 8 * B, True,
+                             "placed")
+        accept = Signal()
+        m.d.comb += accept.eq(i.valid & i.ready)
+        m.d.sync += [buf.eq(buf1), n.eq(n1)]
+        if f.row_elems:
+            m.d.comb += i.ready.eq(n1 <= W)
+            with m.If(take):
+                m.d.sync += rem.eq(Mux(row_end, f.row_bytes, rem - e))
+        else:
+            m.d.comb += i.ready.eq((n1 <= W) & ~(pend & ~(take & row_end) & i.payload.end))
+            with m.If(take & pend):
+                m.d.sync += endpos.eq(endpos - e)
+                with m.If(row_end):
+                    m.d.sync += pend.eq(0)
+            with m.If(accept & i.payload.end):
+                m.d.sync += [pend.eq(1), endpos.eq(n1 + i.payload.n)]
+        with m.If(accept):
+            m.d.sync += [buf.eq(buf1 | placed), n.eq(n1 + i.payload.n)]
+        return m
+
+
+class PacketsToRows(wiring.Component):
+    """Packets from several source kernels -> one kernel row stream per source.
+
+    Parameters
+    ----------
+    config : PacketsToRowsConfig
+
+    Members
+    -------
+    i_pkt : ``In(stream.Signature(packet_layout(data_bits)))``
+        Well-formed intra-cluster packets (TKEEP of the form ``2**n - 1``, TID constant in a
+        packet); TDEST and TUSER are not looked at.
+    o_<k> : ``Out(stream.Signature(fmt_k.layout()))``
+        The rows of the ``k``-th source of ``sources`` (TID ``tid_k``, format ``fmt_k``): the
+        source's payload bytes in arrival order, cut into rows of ``row_elems`` elements of
+        ``elem_bits`` (little-endian; ``row_elems = 0``: a row per packet), ``lanes`` per
+        beat, TLAST on each row's final beat (padding lanes 0, ``count`` = elements in the
+        beat, ``last_row`` on every beat of each ``rows``-th row where the format has them).
+    status_dropped : ``Out(32)``
+        Packets whose TID is not a source (consumed, counted at their TLAST beat).
+
+    Organisation, timing and backpressure
+    -------------------------------------
+    A demultiplexer steers each beat by TID into its source's FIFO (``fifo_depth`` beats of
+    data, byte count and packet end), behind which a byte-buffer unpacker cuts rows
+    (:class:`_Unpack`). Latency: 3 cycles from a packet beat to the first output beat it
+    completes (2 in the FIFO, 1 in the unpacker). Each output gives one beat per cycle while
+    bytes arrive fast enough (``ceil(beat_bytes / (data_bits / 8))`` input beats per full
+    output beat); ``fifo_depth`` >= 3 for one input beat per cycle (a 2-deep FIFO takes one
+    every other cycle). A stalled output fills its FIFO; then the packet port stalls on that
+    source's next beat (head-of-line blocking): beats behind it, of other sources too, wait
+    until it moves. No data of any source is lost or reordered; beats of different sources
+    overtake each other only through the FIFOs.
+    """
+
+    def __init__(self, config):
+        self.config = config
+        sig = {"i_pkt": In(stream.Signature(packet_layout(config.data_bits)))}
+        for k, (_, fmt) in enumerate(config.source_formats):
+            sig[f"o_{k}"] = Out(stream.Signature(fmt.layout()))
+        sig["status_dropped"] = Out(COUNTER_BITS)
+        super().__init__(sig)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.config
+        L = c.data_bits // 8
+        i = self.i_pkt
+        nbytes = Signal(range(L + 1))
+        m.d.comb += nbytes.eq(sum(i.payload.keep[k] for k in range(L)))
+        known = Signal()
+        dropped = Signal(COUNTER_BITS)
+        m.d.comb += self.status_dropped.eq(dropped)
+        ready = Const(1)
+        for k, (tid, fmt) in enumerate(c.source_formats):
+            unpack = _Unpack(c.data_bits, fmt)
+            q = fifo.SyncFIFOBuffered(width=unpack.chunk.size, depth=c.fifo_depth)
+            m.submodules[f"fifo_{k}"] = q
+            m.submodules[f"unpack_{k}"] = unpack
+            hit = i.payload.id == tid
+            chunk = Signal(unpack.chunk)
+            m.d.comb += [chunk.data.eq(i.payload.data), chunk.n.eq(nbytes),
+                         chunk.end.eq(i.payload.last),
+                         q.w_data.eq(chunk), q.w_en.eq(i.valid & hit),
+                         unpack.i.payload.eq(q.r_data), unpack.i.valid.eq(q.r_rdy),
+                         q.r_en.eq(unpack.i.ready)]
+            wiring.connect(m, unpack.o, wiring.flipped(getattr(self, f"o_{k}")))
+            ready = Mux(hit, q.w_rdy, ready)
+            known = known | hit
+        m.d.comb += i.ready.eq(ready)
+        with m.If(i.valid & i.ready & i.payload.last & ~known):
+            m.d.sync += dropped.eq(dropped + 1)
+        return m
+
+
+def join_rows(m, parts, out):
+    """Zip row streams beat by beat into ``out`` (e.g. a requantisation's ``q`` and ``id``
+    from two :class:`PacketsToRows` outputs of the same ``lanes`` and ``row_elems``):
+    ``parts`` = ``[(stream, field), ...]``; ``out`` takes each field from its stream and the
+    other fields (``last`` ...) from the first. A beat passes when every part has one."""
+    all_valid = Cat(*[s.valid for s, _ in parts]).all()
+    m.d.comb += out.valid.eq(all_valid)
+    first = parts[0][0].payload
+    for name, _ in out.payload.shape():
+        src = next((s.payload for s, f in parts if f == name), first)
+        m.d.comb += getattr(out.payload, name).eq(getattr(src, name))
+    for s, _ in parts:
+        m.d.comb += s.ready.eq(out.ready & all_valid)
+
+
+# -- stream models ---------------------------------------------------------------------------
+
+def _random_rows(rng, fmt, count, variable=False):
+    lo, hi = fmt.value_range()
+    lengths = rng.integers(1, fmt.row_elems, count, endpoint=True) if variable \
+        else [fmt.row_elems] * count
+    if variable and count:
+        lengths[:min(count, 2)] = [fmt.row_elems, 1][:min(count, 2)]
+    return [rng.integers(lo, hi, int(n), endpoint=True) for n in lengths]
+
+
+def _cycles(rows, fmts, data_bits):
+    """Timeout allowance: 4 cycles per element, packet byte-beat and row."""
+    return 50 + 4 * sum(len(r) * (1 + f.elem_bytes * 8 // data_bits) + 1
+                        for r, f in zip(rows, fmts))
+
+
+class RowToPacketsModel(StreamModel):
+    """Stimulus and golden model of ``cluster-row2pkt``: ``items`` rows of random elements in
+    the field's range (with ``count``: lengths 1..``row_elems``, the first rows the longest and
+    the shortest), random padding lanes and ``last_row``; expected packets from
+    :func:`rows_to_packets`."""
+
+    result_port = "o_pkt"
+    latency_from = "i_row"
+
+    @staticmethod
+    def stimulus(config, items, rng):
+        """``{"rows": [int64 arrays], "seed": int}`` (the seed draws the ignored input
+        padding)."""
+        return {"rows": _random_rows(rng, config.format, items, variable=config.count),
+                "seed": int(rng.integers(1 << 31))}
+
+    @staticmethod
+    def inputs(config, stim):
+        """``i_row``: :func:`row_beats` of the rows (random padding and ``last_row``)."""
+        return {"i_row": row_beats(stim["rows"], config.format,
+                                   np.random.default_rng(stim["seed"]))}
+
+    @staticmethod
+    def expect(config, stim):
+        """``o_pkt``: the beats of :func:`rows_to_packets`."""
+        c = config
+        return {"o_pkt": [b for p in rows_to_packets(stim["rows"], c.format, c.dest, c.src,
+                                                     c.max_packet_bytes)
+                          for b in to_beats(p, c.data_bits)]}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        rows = stim["rows"]
+        return _cycles(rows, [config.format] * len(rows), config.data_bits)
+
+
+class PacketsToRowsModel(StreamModel):
+    """Stimulus and golden model of ``cluster-pkt2row``: ``items`` rows per source, each
+    source's bytes cut into packets of random lengths (1 byte to several beats, independent
+    of rows and elements), interleaved at random with packets of unknown TIDs (about 10%); the
+    final packet is source 0's (so ``status_dropped``, sampled after ``o_0``'s last TLAST, is
+    final). Expected rows: :func:`packets_to_rows`."""
+
+    result_port = "o_0"
+    latency_from = "i_pkt"
+    sample_signals = ("status_dropped",)
+
+    @staticmethod
+    def stimulus(config, items, rng):
+        """``{"packets": [Packet], "rows": {tid: [rows]}}``."""
+        c, L = config, config.data_bits // 8
+        formats = dict(c.source_formats)
+        unknown = [t for t in range(256) if t not in formats]
+        queues, rows = {}, {}
+        for tid, fmt in formats.items():
+            if not fmt.row_elems:               # one packet per row of 1 .. 3 lanes + 1
+                rows[tid] = _random_rows(rng, replace(fmt, row_elems=3 * fmt.lanes + 1), items,
+                                         variable=True)
+                queues[tid] = [Packet(0, tid, encode_rows([r], fmt)) for r in rows[tid]]
+                continue
+            rows[tid] = _random_rows(rng, fmt, items)
+            body, pkts, k = encode_rows(rows[tid], fmt), [], 0
+            while k < len(body):
+                n = int(rng.integers(1, 3 * L + 2))
+                if rng.random() < 0.2:          # sometimes a whole row
+                    n = fmt.row_bytes - k % fmt.row_bytes
+                pkts.append(Packet(0, tid, body[k:k + n]))
+                k += n
+            queues[tid] = pkts
+        first = c.source_formats[0][0]
+        final = queues[first].pop()
+        order = [t for t, q in queues.items() for _ in q]
+        rng.shuffle(order)
+        pos = {t: 0 for t in queues}
+        packets = []
+        for t in order:
+            if unknown and rng.random() < 0.1:
+                packets.append(Packet(0, int(rng.choice(unknown)),
+                                      bytes(rng.integers(0, 256, int(rng.integers(1, 2 * L)),
+                                                         dtype=np.uint8))))
+            packets.append(queues[t][pos[t]])
+            pos[t] += 1
+        packets.append(final)
+        return {"packets": packets, "rows": rows}
+
+    @staticmethod
+    def inputs(config, stim):
+        """``i_pkt``: the packets' beats (:func:`~hwgen.cluster.packet.to_beats`)."""
+        return {"i_pkt": [b for p in stim["packets"] for b in to_beats(p, config.data_bits)]}
+
+    @staticmethod
+    def golden(config, stim):
+        return packets_to_rows(stim["packets"], dict(config.source_formats))
+
+    @classmethod
+    def expect(cls, config, stim):
+        """``o_<k>``: :func:`row_beats` of source ``k``'s rows from :func:`packets_to_rows`."""
+        rows, _ = cls.golden(config, stim)
+        return {f"o_{k}": row_beats(rows[tid], fmt)
+                for k, (tid, fmt) in enumerate(config.source_formats)}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        pairs = [(r, f) for tid, f in config.source_formats for r in stim["rows"][tid]]
+        return 4 * len(stim["packets"]) + _cycles(*zip(*pairs), config.data_bits)
+
+    @classmethod
+    def report(cls, config, stim, summary, samples):
+        _, dropped = cls.golden(config, stim)
+        got = samples[-1]["status_dropped"] if samples else None
+        out = {"status_dropped": got, "status_dropped_expected": dropped}
+        if got != dropped:
+            out["mismatches"] = summary["mismatches"] + 1
+            out["first_mismatches"] = summary["first_mismatches"] + [
+                {"port": "status_dropped", "expected": dropped, "received": got}]
+        return out
+
+
+#: ``cluster-row2pkt`` configurations simulated by the test suite: the brief's odd row (37
+#: bytes, lanes 3), the softmax's output (9-bit unsigned in 16, count, variable rows), int32
+#: with a packet smaller than a row, the attention scores (plain int32, last_row, 512 bits),
+#: attention-like rows of a matrix split into 50-byte packets.
+ROW2PKT_CONFIGS = (
+    {"field": "y", "lanes": 3, "row_elems": 37},
+    {"field": "y", "lanes": 4, "elem_bits": 16, "field_bits": 9, "signed": False,
+     "count": True, "row_elems": 29, "max_packet_bytes": 1024},
+    {"field": "y", "lanes": 5, "elem_bits": 32, "row_elems": 23, "max_packet_bytes": 36},
+    {"data_bits": 512, "field": "s", "lanes": 1, "array": False, "elem_bits": 32,
+     "rows": 7, "row_elems": 13, "max_packet_bytes": 40, "dest": 9, "src": 200},
+    {"field": "o", "lanes": 24, "row_elems": 120, "max_packet_bytes": 50},
+)
+
+#: ``cluster-pkt2row`` configurations: two sources of 37-element int8 rows (lanes 3); P
+#: (9-bit in 16, last_row) and V (a matrix of 8-lane rows) of softmax x V; a requantisation's
+#: int32 ``q`` and int8 residual ``id`` on 512 bits; three softmax-like sources with ``count``
+#: (the first with rows of any length, one packet each);
+#: attention Q and K (24 lanes, matrix of 5 rows) with a small FIFO.
+PKT2ROW_CONFIGS = (
+    {"sources": "1,2", "lanes": 3, "row_elems": 37},
+    {"sources": "4:field=p:elem_bits=16:field_bits=9:signed=false:rows=11,"
+                "5:field=v:lanes=8:row_elems=88", "lanes": 3, "row_elems": 11},
+    {"data_bits": 512, "sources": "1:field=q:elem_bits=32,2:field=id", "lanes": 5,
+     "row_elems": 23},
+    {"sources": "7:row_elems=0,3:lanes=2,250:elem_bits=16", "field": "q", "elem_bits": 32,
+     "lanes": 4, "count": True, "row_elems": 19},
+    {"sources": "3:field=q,9:field=k", "lanes": 24, "row_elems": 120, "fifo_depth": 2},
+)

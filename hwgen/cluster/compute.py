@@ -1,0 +1,762 @@
+"""Compute kernels of the cluster: a chain of registered accelerators behind one set of ports.
+
+A layer description gives each compute kernel as a chain of ``modules`` (``[{"kind":
+"ibert-linear", "params": {...}}, {"kind": "ibert-requant", "params": {...}}]``, see
+:mod:`hwgen.cluster.describe`). :class:`KernelChain` instantiates every module's component
+through :mod:`hwgen.registry` and feeds module ``i``'s output into module ``i + 1``'s *feed*
+input (the one a preceding layer drives: the model's ``latency_from``), through a
+:class:`Regroup` that converts between the two beat formats.
+
+Kernel row streams
+------------------
+:func:`kernel_ports` describes every stream of the supported kernels as a :class:`RowPort`
+(checked against the kernels' own payload layouts when a chain is built). ``row`` is the
+fixed row length in elements (``var`` rows: any length up to the bound, delimited by TLAST);
+``beat`` framing is one row per beat with TLAST on a *matrix's* last row; ``last_row`` marks
+the matrix's last row on its beats; ``count`` gives the elements of a row's final beat.
+
+=====================  =======  =================  =======  ===========  ==================
+kernel / member        field    element            lanes    row          framing
+=====================  =======  =================  =======  ===========  ==================
+linear ``i_x``         ``x``    int8               pes      K            row, last_row
+linear ``o_y``         ``y``    int32              tiles    N            row, last_row
+requant ``i_x``        ``q``    int(in_bits)       lanes    row          row; [``id``:
+                                                                         int(identity_bits)]
+requant ``o_y``        ``y``    int(bits)          lanes    row          row
+gelu ``i_x``           ``q``    int(in_bits)       lanes    row          row
+gelu ``o_y``           ``y``    int(out_bits)      lanes    row          row
+softmax ``i_x``        ``q``    int(in_bits)       lanes    var max_len  row, count (lanes>1)
+softmax ``o_y``        ``y``    uint(out_bits)     lanes    var max_len  row, count (lanes>1)
+layernorm ``i_row``    ``q``    int(in_bits)       lanes    hidden       row
+layernorm ``o_row``    ``y``    int(out_bits)      lanes    hidden       row
+attn-dot ``i_k/i_q``   ``k/q``  int8               d        d            beat
+attn-dot ``o_s``       ``s``    int32 (scalar)     1        var max_len  row, last_row
+softmax-matmul ``i_v`` ``v``    int8               d        d            beat
+softmax-matmul ``i_p`` ``p``    uint9              pes      var max_len  row, last_row
+softmax-matmul ``o_o`` ``o``    int32              d        d            beat
+=====================  =======  =================  =======  ===========  ==================
+
+A row always starts at lane 0 of a beat; the lanes of a final beat past the row's end are
+padding (ignored on input; the kernels and :class:`Regroup` drive zero there).
+
+Links
+-----
+A link from output ``a`` to feed input ``b`` is refused (:class:`~hwgen.errors.ConfigError`
+naming ``modules[i]``) unless ``b``'s element holds every value of ``a``'s (sign- or
+zero-extension only: an element never narrows), a fixed-length ``b`` gets rows of exactly its
+length, a variable ``b`` rows no longer than its bound, and a ``b`` that needs matrix
+boundaries (``last_row`` or ``beat`` framing) gets them from ``a``. Further fields of ``b``'s
+beat (the requantisation's residual ``id``) and ``b``'s module's other inputs become chain
+inputs.
+
+Ports of the chain
+------------------
+``i_<k>_<port>`` for each input of module ``k`` that the chain does not feed (``port`` is the
+kernel member without ``i_``, e.g. ``i_0_x``, ``i_0_q``, ``i_0_k``), and ``i_<k>_<field>`` for a
+further field of a fed beat (``i_1_id``: ``{"id": ArrayLayout(int(identity_bits), lanes),
+"last"}``, the rows of the requantisation); the first module's ``latency_from`` input comes
+first. ``o_y``: the last module's output stream, with its own payload layout. They are listed
+in :attr:`KernelChain.inputs` and :attr:`KernelChain.output` (:class:`RowPort` with ``name``).
+
+Timing
+------
+A :class:`Regroup` between equal lane counts is combinational (latency 0); otherwise a
+register buffer (latency 1 cycle, one beat per cycle on its busier side). The chain's latency
+is the sum of the modules' and the regroupers' latencies (:meth:`ChainPlan.cycle_model`; exact
+where no regrouper widens: a widening one, ``dst.lanes > src.lanes``, also waits for the input
+beats that fill its first output beat), its initiation interval the largest of the modules' (in
+elements: the slowest module sets the pace). Backpressure: ``o_y`` may stall at any time; each
+module and regrouper stalls its input through its own ``ready``. The kernels' ``ready``
+outputs are registered; a regrouper of equal or whole-multiple lane counts derives its input's
+``ready`` combinationally from the next kernel's (one level, never further up the chain).
+"""
+
+import json
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .. import registry
+from ..config import Config, param
+from ..errors import ConfigError
+from ..flow.model import StreamModel
+from ..ibert.stream_rows import beats_per_row, to_beats
+
+__all__ = ["RowPort", "kernel_ports", "KINDS", "Regroup", "ChainPlan", "chain_plan",
+           "KernelChain", "KernelChainConfig", "KernelChainModel", "TEST_CONFIGS",
+           "decode_rows"]
+
+OUTPUT = "o_y"
+
+
+@dataclass(frozen=True)
+class RowPort:
+    """One row stream of a kernel (see the module docstring's table)."""
+    member: str                 # kernel member (``i_x``)
+    field: str                  # element field of the payload
+    shape: object               # element shape
+    lanes: int
+    row: int = 0                # fixed elements per row; 0: variable, up to ``max_row``
+    max_row: int = 0
+    framing: str = "row"        # "row": TLAST on a row's final beat; "beat": one row per beat
+    last_row: bool = False
+    count: bool = False
+    array: bool = True
+    extra: tuple = ()           # ((field, shape), ...): further element fields of the beat
+    name: str = ""              # the chain's port name (chain ports only)
+    module: int = -1            # index of the module in the chain (chain ports only)
+
+    @property
+    def longest(self):
+        return self.row or self.max_row
+
+    @property
+    def elem_bits(self):
+        return Shape.cast(self.shape).width
+
+    @property
+    def signed(self):
+        return Shape.cast(self.shape).signed
+
+    @property
+    def has_matrices(self):
+        return self.last_row or self.framing == "beat"
+
+    @property
+    def count_bits(self):
+        return self.lanes.bit_length()
+
+    def layout(self, extra=True):
+        """The payload: ``field`` [, ``extra`` fields][, ``count``][, ``last_row``], ``last``."""
+        fields = {self.field: data.ArrayLayout(self.shape, self.lanes) if self.array
+                  else self.shape}
+        for name, shape in (self.extra if extra else ()):
+            fields[name] = data.ArrayLayout(shape, self.lanes)
+        if self.count:
+            fields["count"] = unsigned(self.count_bits)
+        if self.last_row:
+            fields["last_row"] = 1
+        fields["last"] = 1
+        return data.StructLayout(fields)
+
+    def extra_port(self, field, shape):
+        """The row stream of a further field of this beat, as its own input."""
+        return replace(self, field=field, shape=shape, extra=(), count=False, last_row=False)
+
+
+def _linear(c):
+    return ([RowPort("i_x", "x", signed(8), c.pes, c.in_features, last_row=True)],
+            RowPort("o_y", "y", signed(32), c.tiles, c.out_features, last_row=True))
+
+
+def _requant(c):
+    extra = (("id", signed(c.identity_bits)),) if c.identity else ()
+    return ([RowPort("i_x", "q", signed(c.in_bits), c.lanes, c.row, extra=extra)],
+            RowPort("o_y", "y", signed(c.bits), c.lanes, c.row))
+
+
+def _gelu(c):
+    return ([RowPort("i_x", "q", signed(c.in_bits), c.lanes, c.row)],
+            RowPort("o_y", "y", signed(c.out_bits), c.lanes, c.row))
+
+
+def _softmax(c):
+    many = c.lanes > 1
+    return ([RowPort("i_x", "q", signed(c.in_bits), c.lanes, max_row=c.max_len, count=many)],
+            RowPort("o_y", "y", unsigned(c.out_bits), c.lanes, max_row=c.max_len, count=many))
+
+
+def _layernorm(c):
+    return ([RowPort("i_row", "q", signed(c.in_bits), c.lanes, c.hidden)],
+            RowPort("o_row", "y", signed(c.out_bits), c.lanes, c.hidden))
+
+
+def _attn_dot(c):
+    d = c.head_dim
+    return ([RowPort("i_k", "k", signed(8), d, d, framing="beat"),
+             RowPort("i_q", "q", signed(8), d, d, framing="beat")],
+            RowPort("o_s", "s", signed(32), 1, max_row=c.max_len, last_row=True, array=False))
+
+
+def _softmax_matmul(c):
+    from ..ibert.softmax_matmul import P_BITS
+    d = c.head_dim
+    return ([RowPort("i_v", "v", signed(8), d, d, framing="beat"),
+             RowPort("i_p", "p", unsigned(P_BITS), c.pes, max_row=c.max_len, last_row=True)],
+            RowPort("o_o", "o", signed(32), d, d, framing="beat"))
+
+
+#: Supported kinds: ``(ports(config) -> ([inputs], output), {field: (stimulus key, form)})``;
+#: the form says how the model's stimulus holds the rows of that field: ``mats`` (a list of
+#: matrices), ``array`` (one 2-D array of all rows) or ``list`` (a list of 1-D rows).
+KINDS = {
+    "ibert-linear": (_linear, {"x": ("x", "mats")}),
+    "ibert-requant": (_requant, {"q": ("q", "array"), "id": ("id", "array")}),
+    "ibert-gelu": (_gelu, {"q": ("q", "array")}),
+    "ibert-softmax": (_softmax, {"q": ("rows", "list")}),
+    "ibert-layernorm": (_layernorm, {"q": ("rows", "array")}),
+    "ibert-attn-dot": (_attn_dot, {"q": ("q", "mats"), "k": ("k", "mats")}),
+    "ibert-softmax-matmul": (_softmax_matmul, {"p": ("p", "mats"), "v": ("v", "mats")}),
+}
+
+
+def kernel_ports(kind, config):
+    """``(inputs, feed, output)``: the :class:`RowPort` of every input, the fed input's member
+    (the model's ``latency_from``) and the output of a supported kernel at ``config``."""
+    inputs, output = KINDS[kind][0](config)
+    return inputs, registry.get(kind).model.latency_from, output
+
+
+def _holds(src, dst):
+    """Whether element shape ``dst`` holds every value of ``src``."""
+    s, d = Shape.cast(src), Shape.cast(dst)
+    if s.signed and not d.signed:
+        return False
+    return d.width >= s.width + int(d.signed and not s.signed)
+
+
+def check_link(src, dst, where):
+    """Refuse a link from output ``src`` to input ``dst`` that :class:`Regroup` cannot make
+    exact (see the module docstring); ``where`` names the consuming module."""
+    def bad(msg):
+        raise ConfigError(where, f"cannot take {src.member} of the module before: {msg}")
+    if not _holds(src.shape, dst.shape):
+        bad(f"its {src.elem_bits}-bit {'signed' if src.signed else 'unsigned'} elements do not "
+            f"fit {dst.member}'s {dst.elem_bits}-bit {'signed' if dst.signed else 'unsigned'} "
+            "ones (elements are only extended, never narrowed)")
+    if not src.row and src.lanes > 1 and not src.count:
+        bad("its rows have no length the regrouper can read")
+    if dst.row and src.row != dst.row:
+        bad(f"rows of {src.row or f'up to {src.max_row}'} elements, {dst.member} needs "
+            f"exactly {dst.row}")
+    if not dst.row and src.longest > dst.max_row:
+        bad(f"rows of up to {src.longest} elements, {dst.member} takes at most "
+            f"{dst.max_row}")
+    if dst.has_matrices and not src.has_matrices:
+        bad(f"{dst.member} needs the matrices' last rows, which {src.member} does not mark")
+
+
+# -- regrouping -------------------------------------------------------------------------------
+
+class Regroup(wiring.Component):
+    """Rows from one beat format into another: ``src.lanes`` elements per input beat to
+    ``dst.lanes`` per output beat, rows kept (a row starts at lane 0 of a beat on both sides),
+    elements extended to ``dst.shape``.
+
+    Members
+    -------
+    i : ``In(stream.Signature(src.layout()))``
+    o : ``Out(stream.Signature(dst.layout(extra=False)))``
+        Padding lanes zero; ``count`` (with ``dst.count``) the elements of the beat; ``last``
+        on a row's final beat (``row`` framing) or on a matrix's last row (``beat`` framing);
+        ``last_row`` on every beat of a matrix's last row.
+
+    The elements of an input beat: ``src.lanes``, except on a row's final beat (TLAST in
+    ``row`` framing): the rest of a fixed-length row, ``count`` of a variable one.
+
+    Structure and timing, by the ratio of the lane counts (one beat per cycle on the busier
+    side in every case; latency 0 when equal, else 1 cycle):
+
+    * equal: a combinational connection (``i.ready`` is ``o.ready``);
+    * ``src.lanes = r * dst.lanes``: the input beat is held and sent in up to ``r`` pieces (an
+      ``r``:1 select per output lane); ``i.ready`` when the held beat leaves this cycle;
+    * ``dst.lanes = r * src.lanes``: up to ``r`` input beats are collected, a row end sends the
+      beat early; ``i.ready`` while the output register is empty or leaves this cycle;
+    * any other ratio: a shifting buffer of ``C = src.lanes + 2 dst.lanes - 1`` elements
+      (a ``dst.lanes + 1``:1 shift and an input select per element: for small lane counts);
+      ``i.ready`` is a compare of its fill (``<= C - src.lanes``), never combinational on
+      ``o.ready``.
+    """
+
+    def __init__(self, src, dst):
+        self.src, self.dst = src, dst
+        super().__init__({"i": In(stream.Signature(src.layout())),
+                          "o": Out(stream.Signature(dst.layout(extra=False)))})
+
+    @property
+    def capacity(self):
+        return self.src.lanes + 2 * self.dst.lanes - 1
+
+    def _input(self, m):
+        """``(elements, n, row_end, matrix_end)`` of the input beat."""
+        src, p = self.src, self.i.payload
+        raw = [p[src.field][k] for k in range(src.lanes)] if src.array else [p[src.field]]
+        elems = []
+        for k, value in enumerate(raw):
+            ext = Signal(self.dst.shape, name=f"in{k}")
+            m.d.comb += ext.eq(value)
+            elems.append(ext)
+        li = src.lanes
+        if src.framing == "beat":
+            return elems, Const(li), Const(1), p.last
+        if src.count:
+            n = Mux(p.last, p.count, li)
+        else:
+            tail = src.row - (beats_per_row(src.row, li) - 1) * li if src.row else li
+            n = Mux(p.last, tail, li)
+        return elems, n, p.last, p.last_row if src.last_row else Const(0)
+
+    def _output(self, m, values, n, end, mat):
+        dst, p = self.dst, self.o.payload
+        if dst.array:
+            for k, value in enumerate(values):
+                m.d.comb += p[dst.field][k].eq(Mux(n > k, value, 0))
+        else:
+            m.d.comb += p[dst.field].eq(values[0])
+        if dst.count:
+            m.d.comb += p.count.eq(n)
+        if dst.last_row:
+            m.d.comb += p.last_row.eq(mat)
+        m.d.comb += p.last.eq(mat if dst.framing == "beat" else end)
+
+    def elaborate(self, platform):
+        m = Module()
+        beat = self._input(m)
+        li, lo = self.src.lanes, self.dst.lanes
+        if li == lo:
+            self._output(m, *beat)
+            m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
+        elif li % lo == 0:
+            self._split(m, *beat)
+        elif lo % li == 0:
+            self._merge(m, *beat)
+        else:
+            self._shift(m, *beat)
+        return m
+
+    def _split(self, m, elems, n_in, row_end, mat_end):
+        """``src.lanes = r * dst.lanes``: hold a beat, send it in up to ``r`` pieces."""
+        li, lo = self.src.lanes, self.dst.lanes
+        r = li // lo
+        held = [Signal(self.dst.shape, name=f"held{k}") for k in range(li)]
+        held_n = Signal(range(li + 1))
+        held_end, held_mat, full = Signal(), Signal(), Signal()
+        piece = Signal(range(r))
+        rest = Signal(range(li + 1))
+        values = [Array(held[c * lo + k] for c in range(r))[piece] for k in range(lo)]
+        final = rest <= lo
+        self._output(m, values, Mux(final, rest, lo), held_end & final, held_mat)
+        fire_out, fire_in = Signal(), Signal()
+        m.d.comb += [
+            rest.eq(held_n - piece * lo),
+            self.o.valid.eq(full),
+            fire_out.eq(self.o.valid & self.o.ready),
+            self.i.ready.eq(~full | (fire_out & final)),
+            fire_in.eq(self.i.valid & self.i.ready),
+        ]
+        with m.If(fire_out):
+            m.d.sync += piece.eq(Mux(final, 0, piece + 1))
+            with m.If(final):
+                m.d.sync += full.eq(0)
+        with m.If(fire_in):
+            m.d.sync += [full.eq(1), held_n.eq(n_in), held_end.eq(row_end),
+                         held_mat.eq(mat_end)]
+            m.d.sync += [h.eq(e) for h, e in zip(held, elems)]
+
+    def _merge(self, m, elems, n_in, row_end, mat_end):
+        """``dst.lanes = r * src.lanes``: collect up to ``r`` beats (a row end closes early)."""
+        li, lo = self.src.lanes, self.dst.lanes
+        r = lo // li
+        part = [Signal(self.dst.shape, name=f"part{k}") for k in range(lo - li)]
+        out = [Signal(self.dst.shape, name=f"out{k}") for k in range(lo)]
+        out_n = Signal(range(lo + 1))
+        out_end, out_mat, out_valid = Signal(), Signal(), Signal()
+        slot = Signal(range(r))
+        self._output(m, out, out_n, out_end, out_mat)
+        fire_in = Signal()
+        m.d.comb += [
+            self.o.valid.eq(out_valid),
+            self.i.ready.eq(~out_valid | self.o.ready),
+            fire_in.eq(self.i.valid & self.i.ready),
+        ]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += out_valid.eq(0)
+        with m.If(fire_in):
+            with m.If(row_end | (slot == r - 1)):
+                m.d.sync += [out_valid.eq(1), out_n.eq(slot * li + n_in), out_end.eq(row_end),
+                             out_mat.eq(mat_end), slot.eq(0)]
+                for j, o in enumerate(out):
+                    s, k = divmod(j, li)
+                    m.d.sync += o.eq(elems[k] if s == r - 1 else
+                                     Mux(slot == s, elems[k], part[j]))
+            with m.Else():
+                m.d.sync += slot.eq(slot + 1)
+                with m.Switch(slot):
+                    for s in range(r - 1):
+                        with m.Case(s):
+                            m.d.sync += [part[s * li + k].eq(e) for k, e in enumerate(elems)]
+
+    def _shift(self, m, elems, n_in, row_end, mat_end):
+        """Any other ratio: a shifting buffer of ``capacity`` elements."""
+        li, lo = self.src.lanes, self.dst.lanes
+        cap = self.capacity
+        buf = [Signal(self.dst.shape, name=f"buf{q}") for q in range(cap)]
+        ends = Signal(cap)            # an element is its row's last
+        mats = Signal(cap)            # an element belongs to a matrix's last row
+        fill = Signal(range(cap + 1))
+
+        # output: the first lo elements, cut after the first row end among them
+        n_out = Const(lo, range(lo + 1))
+        for k in reversed(range(lo)):
+            n_out = Mux(ends[k], k + 1, n_out)
+        has_end = ends[:lo].any()
+        taken_mat = Cat(*[mats[k] & (n_out > k) for k in range(lo)]).any()
+        self._output(m, buf[:lo], n_out, has_end, taken_mat)
+        fire_out, fire_in = Signal(), Signal()
+        m.d.comb += [
+            self.o.valid.eq((fill >= lo) | has_end),
+            self.i.ready.eq(fill <= cap - li),
+            fire_out.eq(self.o.valid & self.o.ready),
+            fire_in.eq(self.i.valid & self.i.ready),
+        ]
+        removed = Signal(range(lo + 1))
+        base = Signal(range(cap + 1))
+        added = Signal(range(li + 1))
+        m.d.comb += [removed.eq(Mux(fire_out, n_out, 0)), base.eq(fill - removed),
+                     added.eq(Mux(fire_in, n_in, 0))]
+        m.d.sync += fill.eq(base + added)
+
+        in_elems = Array(elems)
+        for q in range(cap):
+            with m.Switch(removed):
+                for r in range(lo + 1):
+                    with m.Case(r):
+                        keep = q + r < cap
+                        m.d.sync += [buf[q].eq(buf[q + r] if keep else 0),
+                                     ends[q].eq(ends[q + r] if keep else 0),
+                                     mats[q].eq(mats[q + r] if keep else 0)]
+            idx = Signal(range(li), name=f"idx{q}")
+            m.d.comb += idx.eq(q - base)
+            with m.If((base <= q) & (q < base + added)):
+                m.d.sync += [buf[q].eq(in_elems[idx]),
+                             ends[q].eq(row_end & (q == base + added - 1)),
+                             mats[q].eq(mat_end)]
+
+
+# -- the chain ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ChainPlan:
+    """A checked chain: per module its kind, configuration, input ports, fed member and
+    output; the chain's external inputs (:class:`RowPort` with ``name`` and ``module``)."""
+    kinds: tuple
+    configs: tuple
+    ports: tuple            # per module: (inputs, feed member, output)
+    inputs: tuple
+    output: RowPort
+
+    def feed_port(self, k):
+        inputs, feed, _ = self.ports[k]
+        return next(p for p in inputs if p.member == feed)
+
+    def cycle_model(self):
+        """``{"modules": [performance dict, ...], "latency_cycles": sum or None,
+        "regroup_latency": cycles}`` without stalls (each module's ``performance()`` at its
+        defaults; None where a module's model needs a row length)."""
+        perf = [cfg.performance() or {} for cfg in self.configs]
+        lat = [p.get("latency_cycles") for p in perf]
+        regroup = sum(int(self.ports[k - 1][2].lanes != self.feed_port(k).lanes)
+                      for k in range(1, len(self.kinds)))
+        total = None if None in lat else sum(lat) + regroup
+        return {"modules": perf, "latency_cycles": total, "regroup_latency": regroup}
+
+
+def _modules(modules):
+    """``[(kind, params), ...]`` from describe.Module objects, dicts or a JSON string."""
+    if isinstance(modules, str):
+        try:
+            modules = json.loads(modules)
+        except (ValueError, RecursionError):
+            raise ConfigError("modules", "must be a JSON list of {\"kind\", \"params\"} "
+                              "objects", value=modules[:80]) from None
+    if not isinstance(modules, (list, tuple)) or not modules:
+        raise ConfigError("modules", "must be a non-empty list of modules",
+                          value=str(modules)[:80])
+    out = []
+    for k, mod in enumerate(modules):
+        where = f"modules[{k}]"
+        if isinstance(mod, dict):
+            if set(mod) - {"kind", "params"} or "kind" not in mod:
+                raise ConfigError(where, "must be an object with \"kind\" and \"params\"",
+                                  value=str(mod)[:80])
+            kind, params = mod["kind"], mod.get("params", {})
+        else:
+            kind, params = getattr(mod, "kind", None), getattr(mod, "params", None)
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise ConfigError(f"{where}.kind", "must be one of " + ", ".join(KINDS),
+                              value=str(kind)[:80])
+        if not isinstance(params, dict):
+            raise ConfigError(f"{where}.params", "must be an object", value=str(params)[:80])
+        out.append((kind, params))
+    return out
+
+
+def chain_plan(modules):
+    """Check a chain (describe.Module objects, ``{"kind", "params"}`` dicts or their JSON) and
+    return its :class:`ChainPlan`; :class:`ConfigError` names the module at fault."""
+    kinds, configs, ports, inputs = [], [], [], []
+    for k, (kind, params) in enumerate(_modules(modules)):
+        where = f"modules[{k}]"
+        try:
+            cfg = registry.get(kind).config.from_dict(params)
+        except ConfigError as e:
+            raise e.relocated(f"{where}.params") from None
+        except TypeError:
+            raise ConfigError(f"{where}.params", "has a value of the wrong type") from None
+        ins, feed, out = kernel_ports(kind, cfg)
+        order = sorted(ins, key=lambda p: p.member != feed)
+        for p in order:
+            if k and p.member == feed:
+                check_link(ports[-1][2], p, where)
+                inputs += [replace(p.extra_port(f, s), name=f"i_{k}_{f}", module=k)
+                           for f, s in p.extra]
+            else:
+                inputs.append(replace(p, name=f"i_{k}_{p.member[2:]}", module=k))
+        kinds.append(kind)
+        configs.append(cfg)
+        ports.append((tuple(ins), feed, out))
+    output = replace(ports[-1][2], name=OUTPUT, module=len(kinds) - 1)
+    return ChainPlan(tuple(kinds), tuple(configs), tuple(ports), tuple(inputs), output)
+
+
+class KernelChain(wiring.Component):
+    """A compute kernel: the modules of a chain, each fed by the one before it.
+
+    Parameters
+    ----------
+    modules : tuple of describe.Module, list of ``{"kind", "params"}``, their JSON, a
+        :class:`ChainPlan` or a :class:`KernelChainConfig`
+
+    Members
+    -------
+    ``i_<k>_<port>`` : ``In(stream.Signature(...))``
+        Inputs not fed by the chain (module docstring), with the kernels' payload layouts.
+    o_y : ``Out(stream.Signature(...))``
+        The last module's output.
+
+    Attributes
+    ----------
+    inputs : tuple of RowPort
+        The chain's inputs in member order: ``name``, ``layout()``, ``elem_bits``, ``lanes``,
+        ``row`` / ``max_row``, ``count``, ``last_row``, ``framing`` and ``module`` (index).
+    output : RowPort
+        The output (``name`` ``o_y``).
+    plan : ChainPlan
+
+    Timing
+    ------
+    Latency: the sum of the modules' and regroupers' (:meth:`cycle_model`); initiation
+    interval: the slowest module's. Backpressure: ``o_y`` may stall at any time; stalls travel
+    back through each module's registered ``ready``.
+    """
+
+    def __init__(self, modules):
+        if isinstance(modules, KernelChainConfig):
+            modules = modules.plan
+        self.plan = plan = modules if isinstance(modules, ChainPlan) else chain_plan(modules)
+        self.inputs, self.output = plan.inputs, plan.output
+        members = {p.name: In(stream.Signature(p.layout())) for p in plan.inputs}
+        members[OUTPUT] = Out(stream.Signature(plan.output.layout()))
+        super().__init__(members)
+
+    def cycle_model(self):
+        """:meth:`ChainPlan.cycle_model`."""
+        return self.plan.cycle_model()
+
+    def elaborate(self, platform):
+        from .adapter import join_rows
+        m = Module()
+        plan = self.plan
+        kernels = [registry.get(kind).build_core(cfg)
+                   for kind, cfg in zip(plan.kinds, plan.configs)]
+        for k, kernel in enumerate(kernels):
+            m.submodules[f"m{k}_{plan.kinds[k].replace('-', '_')}"] = kernel
+            for p in (*plan.ports[k][0], plan.ports[k][2]):
+                layout = kernel.signature.members[p.member].signature.members["payload"].shape
+                assert layout == p.layout(), (plan.kinds[k], p.member, layout, p.layout())
+        ext = {(p.module, p.member, p.field): getattr(self, p.name) for p in plan.inputs}
+        for k, kernel in enumerate(kernels):
+            for p in plan.ports[k][0]:
+                target = getattr(kernel, p.member)
+                if (k, p.member, p.field) in ext:
+                    wiring.connect(m, wiring.flipped(ext[k, p.member, p.field]), target)
+                    continue
+                m.submodules[f"regroup{k}"] = rg = Regroup(plan.ports[k - 1][2], p)
+                wiring.connect(m, getattr(kernels[k - 1], plan.ports[k - 1][2].member), rg.i)
+                if not p.extra:
+                    wiring.connect(m, rg.o, target)
+                    continue
+                join_rows(m, [(rg.o, p.field)] +
+                          [(ext[k, p.member, f], f) for f, _ in p.extra], target)
+        wiring.connect(m, getattr(kernels[-1], plan.output.member),
+                       wiring.flipped(getattr(self, OUTPUT)))
+        return m
+
+
+# -- golden model ------------------------------------------------------------------------------
+
+def decode_rows(port, beats):
+    """``(rows, matrix_ends)`` of a stream's beats: the rows' elements (int64 arrays) and per
+    row whether it is a matrix's last (None where the stream does not say)."""
+    rows, ends, current = [], [], []
+    for beat in beats:
+        values = beat[port.field] if port.array else [beat[port.field]]
+        if port.framing == "beat":
+            rows.append(np.array(values, dtype=np.int64))
+            ends.append(bool(beat["last"]))
+            continue
+        n = port.lanes
+        if beat["last"]:
+            n = beat["count"] if port.count else \
+                port.row - (beats_per_row(port.row, n) - 1) * n if port.row else n
+        current += list(values[:n])
+        if beat["last"]:
+            rows.append(np.array(current, dtype=np.int64))
+            ends.append(bool(beat["last_row"]) if port.last_row else None)
+            current = []
+    return rows, ends
+
+
+def _stim_value(form, rows, ends):
+    if form == "list":
+        return rows
+    if form == "array":
+        return np.array(rows, dtype=np.int64).reshape(len(rows), -1)
+    mats, start = [], 0
+    for i, end in enumerate(ends):
+        if end:
+            mats.append(np.array(rows[start:i + 1], dtype=np.int64))
+            start = i + 1
+    return mats
+
+
+def _field_rows(rng, shape, n_rows, row):
+    s = Shape.cast(shape)
+    lo, hi = (-(1 << (s.width - 1)), (1 << (s.width - 1)) - 1) if s.signed \
+        else (0, (1 << s.width) - 1)
+    return rng.integers(lo, hi, size=(n_rows, row), endpoint=True)
+
+
+def propagate(plan, stim, rng=None):
+    """Run the chain's golden model: the first module's model on ``stim["first"]``, each next
+    module's model on the rows decoded from the one before (and the further inputs in
+    ``stim["extra"]``, drawn with ``rng`` when given). Returns ``(stims, outputs)``: every
+    module's stimulus and expected beats ``{member: beats}``."""
+    stims, outputs = [stim["first"]], []
+    for k, (kind, cfg) in enumerate(zip(plan.kinds, plan.configs)):
+        model = registry.get(kind).model
+        if k:
+            prev = plan.ports[k - 1][2]
+            rows, ends = decode_rows(prev, outputs[-1][prev.member])
+            feed = plan.feed_port(k)
+            forms = KINDS[kind][1]
+            s = {forms[feed.field][0]: _stim_value(forms[feed.field][1], rows, ends)}
+            for field, shape in feed.extra:
+                name = f"i_{k}_{field}"
+                if rng is not None:
+                    stim["extra"][name] = _field_rows(rng, shape, len(rows), feed.row)
+                s[forms[field][0]] = stim["extra"][name]
+            stims.append(s)
+        outputs.append(model.expect(cfg, stims[-1]))
+    return stims, outputs
+
+
+@dataclass(frozen=True)
+class KernelChainConfig(Config):
+    modules: str = param(
+        json.dumps([{"kind": "ibert-linear", "params": {"in_features": 37, "out_features": 15,
+                                                         "tiles": 5, "pes": 4}},
+                    {"kind": "ibert-requant", "params": {"row": 15, "lanes": 4}}]),
+        "the chain as JSON: [{\"kind\": \"ibert-...\", \"params\": {...}}, ...], each module "
+        "feeding the next (hwgen.cluster.compute)")
+
+    def check(self):
+        _ = self.plan
+
+    @cached_property
+    def plan(self):
+        return chain_plan(self.modules)
+
+    def derived(self):
+        return {"kinds": list(self.plan.kinds),
+                "inputs": [p.name for p in self.plan.inputs], "output": OUTPUT}
+
+
+class KernelChainModel(StreamModel):
+    """Stimulus and golden model of ``cluster-kernel-chain``: the composition of the modules'
+    own models (:func:`propagate`). An item is whatever the first module's is."""
+
+    result_port = OUTPUT
+    latency_from = None          # the first input: the first module's latency_from
+
+    @staticmethod
+    def stimulus(config, items, rng):
+        """The first module's stimulus of ``items`` items, and uniform random rows for every
+        further input (``i_<k>_id``), as many as reach module ``k``."""
+        plan = config.plan
+        first = registry.get(plan.kinds[0]).model.stimulus(plan.configs[0], items, rng)
+        stim = {"first": first, "extra": {}}
+        propagate(plan, stim, rng)
+        return stim
+
+    @staticmethod
+    def inputs(config, stim):
+        """The first module's inputs under the chain's names; further fields as rows of
+        ``lanes`` per beat (:func:`~hwgen.ibert.stream_rows.to_beats`), ``last`` per row."""
+        plan = config.plan
+        first = registry.get(plan.kinds[0]).model.inputs(plan.configs[0], stim["first"])
+        out = {}
+        for p in plan.inputs:
+            if p.module == 0:
+                out[p.name] = first[p.member]
+            else:
+                out[p.name] = to_beats({p.field: stim["extra"][p.name]}, p.lanes)
+        return out
+
+    @staticmethod
+    def expect(config, stim):
+        """``o_y``: the last module's expected output when each module's model is fed the rows
+        of the one before."""
+        plan = config.plan
+        _, outputs = propagate(plan, stim)
+        return {OUTPUT: outputs[-1][plan.output.member]}
+
+    @staticmethod
+    def cycles_bound(config, stim):
+        plan = config.plan
+        stims, _ = propagate(plan, stim)
+        return sum(registry.get(kind).model.cycles_bound(cfg, s) + 50
+                   for kind, cfg, s in zip(plan.kinds, plan.configs, stims))
+
+
+def _chain(*modules):
+    return {"modules": json.dumps([{"kind": k, "params": p} for k, p in modules])}
+
+
+#: Simulated by ``tests/test_sim.py``: Linear (5 tiles) into a requantisation of 4 lanes (a
+#: row of 15: partial final beats); attention scores (one per beat, rows of any length up to
+#: 11) into a 3-lane softmax with ``count``; Linear (3 tiles) into a 5-lane i-GELU; Linear into
+#: a residual requantisation (second input ``i_1_id``) into LayerNorm (7 -> 2 -> 7 lanes);
+#: softmax x V (rows of 8 in one beat) into 2 lanes; equal lane counts (a plain connection).
+TEST_CONFIGS = (
+    _chain(("ibert-linear", {"in_features": 37, "out_features": 15, "tiles": 5, "pes": 4,
+                             "weight_seed": 7}),
+           ("ibert-requant", {"row": 15, "lanes": 4})),
+    _chain(("ibert-attn-dot", {"head_dim": 6, "max_len": 11, "pes": 3}),
+           ("ibert-softmax", {"max_len": 11, "lanes": 3, "scale": 0.02})),
+    _chain(("ibert-linear", {"in_features": 9, "out_features": 12, "tiles": 3, "pes": 3}),
+           ("ibert-gelu", {"row": 12, "lanes": 5, "scale": 3e-4})),
+    _chain(("ibert-linear", {"in_features": 10, "out_features": 14, "tiles": 7, "pes": 5,
+                             "weight_seed": 4}),
+           ("ibert-requant", {"row": 14, "lanes": 2, "identity": True, "bits": 22,
+                              "scale_in": 3e-4, "scale_out": 0.002, "identity_scale": 0.05}),
+           ("ibert-layernorm", {"hidden": 14, "lanes": 7, "in_bits": 22, "param_seed": 2})),
+    _chain(("ibert-softmax-matmul", {"head_dim": 8, "max_len": 9, "pes": 2}),
+           ("ibert-requant", {"row": 8, "lanes": 2, "scale_in": 1e-3, "scale_out": 0.5})),
+    _chain(("ibert-linear", {"in_features": 6, "out_features": 8, "tiles": 4, "pes": 2}),
+           ("ibert-requant", {"row": 8, "lanes": 4})),
+)
