@@ -134,7 +134,7 @@ def test_golden_composition_is_the_golden_functions():
     y = np.concatenate([golden.linear(x, w, b)[0] for x in stim["first"]["x"]])
     q, _ = golden.requant(y, req.scale_in, req.scale_out, req.bits,
                           identity=stim["extra"]["i_1_id"], identity_scale=req.identity_scale)
-    out, _ = golden.int_layernorm(q, 1.0, *ln.params, ln.shift)
+    out, _ = golden.int_layernorm(q, 1.0, *ln.weight_bias, ln.shift)
     rows, ends = decode_rows(cfg.plan.output, ACC.model.expect(cfg, stim)["o_y"])
     assert ends == [None] * 12
     np.testing.assert_array_equal(np.array(rows), out)

@@ -12,7 +12,9 @@ Each row of ``H`` integers ``q`` is normalised without floating point, bit-exact
 
 ``bias_int`` (one per element ``e``) and the output scale come from
 :func:`golden.layernorm_constants` of the layer's float weight and bias; the configuration draws
-them reproducibly from ``param_seed``, and the integers sit in an on-chip ROM.
+them reproducibly from ``param_seed`` or reads them from the ``.npz`` file ``params`` (a real
+model's ``weight`` and ``bias``, or the ``bias_int`` of :func:`hwgen.ibert.minilm.export`), and
+the integers sit in an on-chip ROM.
 
 The row is needed three times (sum, variance around the rounded mean, output), so it is kept
 in an on-chip circular buffer: it is summed while it streams in, read once for the variance
@@ -34,6 +36,7 @@ from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from . import golden
 from .isqrt import IntSqrt
+from .param_files import float_array, int_array, load_arrays, with_file_digest
 
 __all__ = ["LayerNormConfig", "LayerNorm", "LayerNormModel", "TEST_CONFIGS",
            "layernorm_params"]
@@ -42,6 +45,8 @@ __all__ = ["LayerNormConfig", "LayerNorm", "LayerNormModel", "TEST_CONFIGS",
 FACTOR_BIT = golden.LAYERNORM_MAX_BIT - 1
 #: Cycles of the mean unit (offset, multiply, remainder, correction, rounding).
 MEAN_STAGES = 5
+#: Largest |bias_int| read from a file (the output then has at most 42 bits).
+BIAS_INT_MAX = 1 << 40
 #: Cycles from issuing an output read to the result entering the output FIFO (memory and ROM
 #: read, subtract mean, multiply by factor, halve and add the bias).
 OUT_STAGES = 3
@@ -73,6 +78,10 @@ class LayerNormConfig(Config):
     param_seed: int = param(0, "seed of the layer's float32 weight (uniform 0.5..1.5) and bias "
                                "(uniform -0.5..0.5), drawn with numpy's default_rng",
                             lo=0, hi=2 ** 32 - 1)
+    params: str = param("", "path of an .npz file (numpy.savez) with the layer's float32 "
+                            "weight and bias (hidden,), or with int bias_int (hidden,) as "
+                            "hwgen.ibert.minilm.export's layer<L>_ln<1|2>.npz; replaces the "
+                            "weight and bias drawn from param_seed (empty: drawn)")
 
     def check(self):
         if self.hidden % self.lanes:
@@ -83,6 +92,11 @@ class LayerNormConfig(Config):
             raise ConfigError("shift", f"must be at least {self.min_shift()} so that the "
                               f"variance of {self.hidden} elements of {self.in_bits} bits stays "
                               f"below 2**{golden.LAYERNORM_MAX_BIT}", value=self.shift)
+        if self.params:
+            _ = self.constants             # reads and checks the file
+
+    def digest(self):
+        return with_file_digest(super().digest(), self.params)
 
     # -- value ranges and widths ---------------------------------------------------------------
 
@@ -143,14 +157,60 @@ class LayerNormConfig(Config):
         return FACTOR_BIT - self.shift + 1
 
     @cached_property
-    def params(self):
-        """Float32 ``(weight, bias)`` drawn from ``param_seed``."""
-        return layernorm_params(self.hidden, self.param_seed)
+    def _file(self):
+        """The arrays of the file :attr:`params`: ``weight`` and ``bias``, or ``bias_int``."""
+        a = load_arrays("params", self.params, (),
+                        optional=("weight", "bias", "bias_int", "out_scale"))
+        if "bias_int" not in a and not {"weight", "bias"} <= a.keys():
+            raise ConfigError("params", "the file holds neither weight and bias nor bias_int",
+                              value=self.params)
+        return a
+
+    @cached_property
+    def weight_bias(self):
+        """Float32 ``(weight, bias)``: drawn from ``param_seed``, or the file :attr:`params`'s
+        ``weight`` and ``bias``; None for a file holding ``bias_int``."""
+        path, h = self.params, (self.hidden,)
+        if not path:
+            return layernorm_params(self.hidden, self.param_seed)
+        if "bias_int" in self._file:
+            return None
+        return (float_array("params", path, "weight", self._file["weight"], h),
+                float_array("params", path, "bias", self._file["bias"], h))
 
     @cached_property
     def constants(self):
-        """:func:`golden.layernorm_constants` of the layer: ``bias_int``, ``out_scale``, ..."""
-        return golden.layernorm_constants(*self.params, self.hidden)
+        """:func:`golden.layernorm_constants` of the layer (``bias_int``, ``out_scale``, ...);
+        for a file with ``bias_int``: that (integers within +-2**40) and the file's
+        ``out_scale`` if it holds one."""
+        path, h = self.params, (self.hidden,)
+        if self.weight_bias is not None:
+            weight, bias = self.weight_bias
+            if path:
+                norm_scale = golden.layernorm_constants(1, 0, self.hidden)["norm_scale"]
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    top = np.abs((bias / weight) / norm_scale).max()
+                if not top <= BIAS_INT_MAX:             # also NaN, inf: a zero weight
+                    raise ConfigError("params", f"the integer bias (bias / weight / "
+                                      f"norm_scale) must stay within +-2**40 (it reaches "
+                                      f"{top:g})", value=path)
+            return golden.layernorm_constants(weight, bias, self.hidden)
+        consts = {"bias_int": int_array("params", path, "bias_int", self._file["bias_int"], h,
+                                        -BIAS_INT_MAX, BIAS_INT_MAX)}
+        if "out_scale" in self._file:
+            consts["out_scale"] = float_array("params", path, "out_scale",
+                                              self._file["out_scale"], h)
+        return consts
+
+    def normalise(self, rows):
+        """:func:`golden.int_layernorm` of ``rows`` (scale 1, ``shift``) with this layer's
+        constants. With ``bias_int`` only: the normalisation of weight 1 and bias 0 (whose
+        ``bias_int`` is 0) plus ``bias_int``."""
+        if self.weight_bias is not None:
+            return golden.int_layernorm(rows, 1.0, *self.weight_bias, self.shift)[0]
+        ones, zeros = np.ones(self.hidden, np.float32), np.zeros(self.hidden, np.float32)
+        out, _ = golden.int_layernorm(rows, 1.0, ones, zeros, self.shift)
+        return out + self.constants["bias_int"]
 
     @property
     def bias_range(self):
@@ -611,11 +671,11 @@ class LayerNormModel(StreamModel):
 
     @staticmethod
     def expect(config, stim):
-        """``o_row``: :func:`hwgen.ibert.golden.int_layernorm` of all rows (scale 1, the config's
-        ``params`` weight and bias, ``shift``), checked to fit ``out_bits``, in the input's beats as
-        ``y`` with ``last`` on each row's final beat."""
+        """``o_row``: :func:`hwgen.ibert.golden.int_layernorm` of all rows (scale 1, the layer's
+        weight and bias or ``bias_int``, ``shift``: :meth:`LayerNormConfig.normalise`), checked to
+        fit ``out_bits``, in the input's beats as ``y`` with ``last`` on each row's final beat."""
         c = config
-        out, _ = golden.int_layernorm(stim["rows"], 1.0, *c.params, c.shift)
+        out = c.normalise(stim["rows"])
         lim = 1 << (c.out_bits - 1)
         if out.size and not (-lim <= out.min() and out.max() < lim):
             raise AssertionError(f"golden output exceeds out_bits={c.out_bits}")

@@ -28,6 +28,7 @@ from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from . import golden
 from .matrix_common import ceil_div, matrix_int8, matrix_sizes, random_int8
+from .param_files import int_array, load_arrays, with_file_digest
 
 __all__ = ["LinearConfig", "Linear", "LinearModel", "TEST_CONFIGS"]
 
@@ -46,6 +47,10 @@ class LinearConfig(Config):
                      lo=1, hi=256)
     weight_seed: int = param(1, "seed of numpy's default_rng drawing W (int8) and b (int32)",
                              lo=0, hi=2 ** 32 - 1)
+    weights: str = param("", "path of an .npz file (numpy.savez) with w (out_features x "
+                             "in_features, int8) and b (out_features, int32), e.g. "
+                             "hwgen.ibert.minilm.export's layer<L>_<linear>.npz; replaces the "
+                             "W and b drawn from weight_seed (empty: drawn)")
 
     def check(self):
         if self.out_features % self.tiles:
@@ -56,6 +61,11 @@ class LinearConfig(Config):
         if self.pes > self.in_features:
             raise ConfigError("pes", f"must be in 1..in_features={self.in_features}",
                               value=self.pes)
+        if self.weights:
+            _ = self.parameters            # reads and checks the file
+
+    def digest(self):
+        return with_file_digest(super().digest(), self.weights)
 
     # -- derived sizes ------------------------------------------------------------------------
 
@@ -87,13 +97,16 @@ class LinearConfig(Config):
 
     @cached_property
     def parameters(self):
-        """``(W, b)``: ``W`` (N x K int8) and ``b`` (N int32), drawn with
-        ``numpy.random.default_rng(weight_seed)``.
+        """``(W, b)``: ``W`` (N x K int8) and ``b`` (N int32), int64 arrays: the arrays ``w``
+        and ``b`` of the file :attr:`weights` (:meth:`file_parameters`) or, without one, drawn
+        with ``numpy.random.default_rng(weight_seed)``.
 
-        W is uniform over int8 with row 0 all -128 and row 1 all 127; b is uniform over
+        Drawn, W is uniform over int8 with row 0 all -128 and row 1 all 127; b is uniform over
         :attr:`bias_range` for even columns and over +-2**16 (realistic magnitudes) for odd
         columns, with the range ends at columns 0 and 1.
         """
+        if self.weights:
+            return self.file_parameters()
         rng = np.random.default_rng(self.weight_seed)
         n, k = self.out_features, self.in_features
         w = random_int8(rng, (n, k))
@@ -107,6 +120,25 @@ class LinearConfig(Config):
         b[0] = hi
         if n > 1:
             b[1] = lo
+        return w, b
+
+    def file_parameters(self):
+        """``(W, b)`` of the file :attr:`weights`, checked: ``w`` N x K integers in int8,
+        ``b`` N integers in int32 such that ``x @ W[n] + b[n]`` fits int32 for every int8 row
+        ``x`` (the hardware's output is 32 bits); otherwise a :class:`ConfigError` naming
+        ``weights``."""
+        n, k, path = self.out_features, self.in_features, self.weights
+        a = load_arrays("weights", path, ("w", "b"))
+        w = int_array("weights", path, "w", a["w"], (n, k), -128, 127)
+        b = int_array("weights", path, "b", a["b"], (n,), -(1 << 31), (1 << 31) - 1)
+        top = np.where(w > 0, 127 * w, -128 * w).sum(axis=1) + b        # largest x @ w + b
+        bottom = np.where(w > 0, -128 * w, 127 * w).sum(axis=1) + b
+        bad = np.flatnonzero((top > (1 << 31) - 1) | (bottom < -(1 << 31)))
+        if bad.size:
+            i = int(bad[0])
+            raise ConfigError("weights", f"output {i}: x @ w[{i}] + b[{i}] reaches "
+                              f"{int(bottom[i])}..{int(top[i])} over int8 rows x, beyond int32",
+                              value=path)
         return w, b
 
     def weight_words(self):

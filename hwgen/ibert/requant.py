@@ -9,13 +9,19 @@ Integers ``q`` at scale ``scale_in`` become integers at scale ``scale_out`` with
 The multipliers are constants of the configuration. Trailing zero bits of ``m`` are folded into
 the shift (``q * m / 2**e == q * (m >> t) / 2**(e - t)``), so a power-of-two ratio needs no
 multiplier at all; a shift that ends at or below zero is a left shift, as in the golden model.
+
+After a per-channel QuantLinear the input scale differs per column of the row (``scale_in_file``,
+a vector of ``row`` scales): each column's ``(m >> t, e - t)`` then sits in a ROM read by the
+element's position in the row, the product is a real (pipelined) multiplier and the rounding
+shift a variable one (:meth:`Requant._column_branch`).
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
@@ -24,6 +30,7 @@ from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.wide_mul import range_shape, split_multiply, split_multiply_stages
 from . import golden
+from .param_files import float_array, load_arrays, with_file_digest
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
     to_beats
 
@@ -31,6 +38,9 @@ __all__ = ["RequantConfig", "Requant", "RequantModel", "TEST_CONFIGS",
            "round_shift_int", "dyadic_branch", "dyadic_stages", "round_half_even", "clamp"]
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
+#: Register stages of a per-column branch: multiplier inputs, product, product again (the
+#: DSP's output register), rounding bits.
+COLUMN_STAGES = 4
 
 
 def round_shift_int(x, e):
@@ -53,10 +63,31 @@ def dyadic_branch(m, e, in_bits):
             "lo": round_shift_int(qlo * m, e), "hi": round_shift_int(qhi * m, e)}
 
 
+def _floor_shift(x, s):
+    return x >> s if s > 0 else x << -s
+
+
+def column_branches(m, e, in_bits):
+    """Per-column :func:`dyadic_branch` of vectors ``m``, ``e``: ``{"m", "e", "mult",
+    "shift"}`` as int64 vectors, ``lo``, ``hi`` (the range over all columns) and ``floor_lo``,
+    ``floor_hi`` (that of ``floor(q * mult / 2**shift)``)."""
+    cols = [dyadic_branch(int(a), int(b), in_bits) for a, b in zip(m, e)]
+    qlo, qhi = -(1 << (in_bits - 1)), (1 << (in_bits - 1)) - 1
+    out = {k: np.array([c[k] for c in cols], dtype=np.int64)
+           for k in ("m", "e", "mult", "shift")}
+    out.update(lo=min(c["lo"] for c in cols), hi=max(c["hi"] for c in cols),
+               floor_lo=min(_floor_shift(qlo * c["mult"], c["shift"]) for c in cols),
+               floor_hi=max(_floor_shift(qhi * c["mult"], c["shift"]) for c in cols))
+    return out
+
+
 def dyadic_stages(b, in_bits):
     """Register stages of :meth:`Requant._branch` for a :func:`dyadic_branch` ``b`` of
     ``in_bits``-bit inputs: the split multiplier's (none when ``mult == 1``), plus one for the
-    rounding bits when the shift is a right shift."""
+    rounding bits when the shift is a right shift; :data:`COLUMN_STAGES` for per-column
+    branches (:func:`column_branches`)."""
+    if np.ndim(b["mult"]):
+        return COLUMN_STAGES
     mult = 0 if b["mult"] == 1 else split_multiply_stages(signed(in_bits), b["mult"])
     return mult + int(b["shift"] > 0)
 
@@ -124,22 +155,32 @@ class RequantConfig(Config):
     lanes: int = param(16, "elements per beat (one result per lane per cycle)", lo=1, hi=64)
     row: int = param(768, "elements per row: TLAST after each row; a row is ceil(row/lanes) "
                           "beats, the last one padded", lo=1, hi=1 << 16)
+    scale_in_file: str = param("", "path of an .npz file with a float32 vector scale_in (or "
+                                   "in_scale, as in hwgen.ibert.minilm.export's "
+                                   "layer<L>_requant_<name>.npz) of row scales, one per column "
+                                   "(after a per-channel QuantLinear); replaces scale_in "
+                                   "(empty: scale_in for every column)")
 
     def check(self):
-        _finite_positive("scale_in", self.scale_in)
+        if self.scale_in_file:
+            _ = self.scale_in_value        # reads and checks the file
+        else:
+            _finite_positive("scale_in", self.scale_in)
         _finite_positive("scale_out", self.scale_out)
         if self.identity:
             _finite_positive("identity_scale", self.identity_scale)
         # The datapath shifts by at most 63 bits and keeps results (left-shifted ones
         # included) within 64 bits; ratios outside that are configuration errors.
-        branches = [("scale_in", self.scale_in, self.main)]
+        main = ("scale_in_file", self.scale_in_file) if self.scale_in_file else \
+            ("scale_in", self.scale_in)
+        branches = [(*main, self.main)]
         if self.identity:
             branches.append(("identity_scale", self.identity_scale, self.ident))
         for name, value, b in branches:
-            if b["e"] > 63:
+            if np.max(b["e"]) > 63:
                 raise ConfigError(name, f"gives a ratio to scale_out={self.scale_out} below "
-                                  f"2**-32 (shift e={b['e']} > 63), beyond the datapath's 63-bit "
-                                  "shifter", value=value)
+                                  f"2**-32 (shift e={np.max(b['e'])} > 63), beyond the "
+                                  "datapath's 63-bit shifter", value=value)
             if b["lo"] < INT64[0] or b["hi"] > INT64[1]:
                 raise ConfigError(name, f"gives a ratio to scale_out={self.scale_out} so large "
                                   f"that results reach {max(-b['lo'], b['hi'])} in magnitude: "
@@ -151,14 +192,39 @@ class RequantConfig(Config):
 
     # -- constants and widths ------------------------------------------------------------------
 
-    @property
-    def constants(self):
-        """``((m, e), (m1, e1) or None)`` from :func:`golden.requant_constants`."""
-        return golden.requant_constants(self.scale_in, self.scale_out,
-                                        self.identity_scale if self.identity else None)
+    def digest(self):
+        return with_file_digest(super().digest(), self.scale_in_file)
+
+    @cached_property
+    def scale_in_value(self):
+        """The input scale: ``scale_in``, or the float32 vector (``row``) of the file
+        :attr:`scale_in_file` (its array ``scale_in`` or ``in_scale``), checked positive."""
+        path = self.scale_in_file
+        if not path:
+            return self.scale_in
+        a = load_arrays("scale_in_file", path, (), optional=("scale_in", "in_scale"))
+        if not a:
+            raise ConfigError("scale_in_file", "the file holds neither scale_in nor in_scale",
+                              value=path)
+        name = "scale_in" if "scale_in" in a else "in_scale"
+        return float_array("scale_in_file", path, name, a[name], (self.row,), positive=True)
 
     @property
+    def per_column(self):
+        """The input scale is a vector: one ``(m, e)`` per column of the row."""
+        return bool(self.scale_in_file)
+
+    @property
+    def constants(self):
+        """``((m, e), (m1, e1) or None)`` from :func:`golden.requant_constants` (``m``, ``e``
+        int64 vectors with :attr:`per_column`)."""
+        return golden.requant_constants(self.scale_in_value, self.scale_out,
+                                        self.identity_scale if self.identity else None)
+
+    @cached_property
     def main(self):
+        if self.per_column:
+            return column_branches(*self.constants[0], self.in_bits)
         return dyadic_branch(*self.constants[0], self.in_bits)
 
     @property
@@ -212,10 +278,18 @@ class RequantConfig(Config):
 
     def derived(self):
         b, i = self.main, self.ident
-        d = {"m": b["m"], "e": b["e"], "multiplier": b["mult"], "shift": b["shift"],
-             "main_range": [b["lo"], b["hi"]],
-             "multiplier_bits": (b["mult"]).bit_length() if b["mult"] > 1 else 0,
-             "branch_stages": self.branch_stages}
+        if self.per_column:
+            d = {f"{name}_range": [int(b[k].min()), int(b[k].max())]
+                 for name, k in (("m", "m"), ("e", "e"), ("multiplier", "mult"),
+                                 ("shift", "shift"))}
+            d.update(main_range=[b["lo"], b["hi"]],
+                     multiplier_bits=int(b["mult"].max()).bit_length(),
+                     branch_stages=self.branch_stages)
+        else:
+            d = {"m": b["m"], "e": b["e"], "multiplier": b["mult"], "shift": b["shift"],
+                 "main_range": [b["lo"], b["hi"]],
+                 "multiplier_bits": (b["mult"]).bit_length() if b["mult"] > 1 else 0,
+                 "branch_stages": self.branch_stages}
         if i:
             d.update({"m1": i["m"], "e1": i["e"], "identity_multiplier": i["mult"],
                       "identity_shift": i["shift"], "identity_range": [i["lo"], i["hi"]]})
@@ -315,6 +389,53 @@ class Requant(wiring.Component):
                      inc.eq(ext[shift - 1] & (sticky | ext[shift]))]
         return floor, inc, stages + 1
 
+    @staticmethod
+    def column_rom(config):
+        """Per-column constants, as :meth:`_column_branch` reads them: ``(layout, init,
+        pre, base)``. Beat ``j``, lane ``k`` holds column ``j * lanes + k``'s ``mult`` and ``v =
+        shift + pre - base`` (0 past the row), where ``pre`` turns left shifts into right
+        ones and ``base`` is the smallest ``shift + pre``."""
+        c, b = config, config.main
+        pre = max(0, -int(b["shift"].min()))
+        base = int(b["shift"].min()) + pre
+        v = b["shift"] + pre - base
+        layout = data.StructLayout({"mult": unsigned(int(b["mult"].max()).bit_length()),
+                                    "v": unsigned(max(int(v.max()).bit_length(), 1))})
+        size = c.beats_per_row * c.lanes
+        mult = np.zeros(size, dtype=np.int64)
+        shift = np.zeros(size, dtype=np.int64)
+        mult[:c.row], shift[:c.row] = b["mult"], v
+        init = [[{"mult": int(mult[j * c.lanes + k]), "v": int(shift[j * c.lanes + k])}
+                 for k in range(c.lanes)] for j in range(c.beats_per_row)]
+        return data.ArrayLayout(layout, c.lanes), init, pre, base
+
+    @staticmethod
+    def _column_branch(m, value, coef, b, pre, base, name):
+        """``round(value * mult / 2**shift) == floor + inc`` with the column's ``mult`` and
+        ``v`` from the ROM (``coef``, valid with ``value``): registered multiplier inputs, the
+        product registered twice, then the variable rounding shift into ``floor`` and ``inc``
+        (:data:`COLUMN_STAGES` stages). With ``x = product << (pre + 1)`` and ``s = shift +
+        pre = base + v``: ``floor = x >> (s + 1)``, ``half = x[s]``, ``sticky = x[:s] != 0``;
+        the bits below ``base`` enter the sticky bit through a constant slice."""
+        a = _register(m, value, f"{name}_a")
+        mult = _register(m, coef.mult, f"{name}_m")
+        v = delay(m, _register(m, coef.v, f"{name}_v"), 2, name=f"{name}_v")
+        product = _register(m, a * mult, f"{name}_p")
+        product = _register(m, product, f"{name}_p2")
+        span = (1 << len(v)) - 1
+        x = Cat(Const(0, pre + 1), product)
+        top = base + span + 2 - len(x)              # sign-extend x up to the largest shift
+        x = (Cat(x, product[-1].replicate(top)) if top > 0 else x).as_signed()
+        low = x[:base].any() if base else Const(0)
+        y = x[base:].as_signed()
+        mask = ((Const(1, span + 1) << v) - 1)[:span]
+        floor = Signal(range_shape(b["floor_lo"], b["floor_hi"]), name=f"{name}_floor")
+        inc = Signal(name=f"{name}_inc")
+        shifted = y >> (v + 1)
+        sticky = low | (y[:span] & mask).any()
+        m.d.sync += [floor.eq(shifted), inc.eq(y.bit_select(v, 1) & (sticky | shifted[0]))]
+        return floor, inc, COLUMN_STAGES
+
     def elaborate(self, platform):
         c = self.config
         m = Module()
@@ -330,9 +451,28 @@ class Requant(wiring.Component):
         if total_lo < lo:
             thresholds["under"] = (-lo, _negative)
 
+        coefs = None
+        if c.per_column:
+            # The ROM is read with the input beat's position in the row: its data arrives
+            # with the registered payload.
+            layout, init, pre, base = self.column_rom(c)
+            m.submodules.columns = rom = memory.Memory(shape=layout, depth=c.beats_per_row,
+                                                       init=init)
+            rd = rom.read_port()
+            beat = Signal(range(c.beats_per_row))
+            with m.If(self.i_x.valid & self.i_x.ready):
+                m.d.sync += beat.eq(Mux(self.i_x.payload.last | (beat == c.beats_per_row - 1),
+                                        0, beat + 1))
+            m.d.comb += rd.addr.eq(beat)
+            coefs = rd.data
+
         def branch(k, value, b, name):
             """Rounded branch, aligned to ``stages``: ``(floor, inc or None)``."""
-            floor, inc, n = self._branch(m, value, b, f"{name}{k}")
+            if coefs is not None and b is main:
+                floor, inc, n = self._column_branch(m, value, coefs[k], b, pre, base,
+                                                    f"{name}{k}")
+            else:
+                floor, inc, n = self._branch(m, value, b, f"{name}{k}")
             floor = delay(m, floor, stages - n, name=f"{name}{k}_floor")
             inc = None if inc is None else delay(m, inc, stages - n, name=f"{name}{k}_inc")
             return floor, inc
@@ -409,8 +549,9 @@ def branch_values(rng, kind, shape, in_bits, b, out_bits):
     if kind == "alternate":
         return np.where(np.arange(shape[-1]) % 2 == 0, qlo, qhi) * np.ones(shape, np.int64)
     if kind == "ties":
-        s = b["shift"]
-        if 1 <= s and s - 1 <= in_bits - 2:   # q = odd * 2**(s-1) exists in range
+        s = b["shift"]                        # per column: a vector
+        if np.all(1 <= np.asarray(s)) and np.all(np.asarray(s) - 1 <= in_bits - 2):
+            # q = odd * 2**(s-1) exists in range
             limit = (qhi >> (s - 1)) // 2
             odd = 2 * rng.integers(-limit - 1, limit, size=shape, endpoint=True) + 1
             q = odd * (1 << (s - 1)) + rng.choice([-1, 0, 0, 0, 1], size=shape)
@@ -466,11 +607,12 @@ class RequantModel(StreamModel):
 
     @staticmethod
     def expect(config, stim):
-        """``o_y``: :func:`hwgen.ibert.golden.requant` of all rows (``scale_in`` to ``scale_out`` at
-        ``bits``, plus the identity branch when configured), packed like the input as ``y`` with
+        """``o_y``: :func:`hwgen.ibert.golden.requant` of all rows (``scale_in``, or the per-column
+        scales of ``scale_in_file``, to ``scale_out`` at ``bits``, plus the identity branch when
+        configured), packed like the input as ``y`` with
         zero padding lanes and ``last`` on each row's final beat."""
         c = config
-        y, _ = golden.requant(stim["q"], c.scale_in, c.scale_out, c.bits,
+        y, _ = golden.requant(stim["q"], c.scale_in_value, c.scale_out, c.bits,
                               identity=stim.get("id"),
                               identity_scale=c.identity_scale if c.identity else None)
         return {"o_y": to_beats({"y": y}, c.lanes)}
