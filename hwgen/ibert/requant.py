@@ -148,7 +148,8 @@ class RequantConfig(Config):
                                     "scale x weight scale)")
     scale_out: float = param(0.08, "scale of the output integers (the activation's scale)")
     bits: int = param(8, "output bits (signed; results saturate)", lo=2, hi=32)
-    in_bits: int = param(32, "input bits (signed)", lo=2, hi=32)
+    in_bits: int = param(32, "input bits (signed; i-GELU gives 47, the integer LayerNorm up "
+                               "to 34)", lo=2, hi=48)
     identity: bool = param(False, "add a residual (identity) input with its own scale")
     identity_scale: float = param(0.08, "scale of the identity integers (with identity)")
     identity_bits: int = param(8, "identity input bits (signed; with identity)", lo=2, hi=32)
@@ -621,7 +622,8 @@ class RequantModel(StreamModel):
 #: Simulated by ``tests/test_sim.py``: one lane with a row of 7 (ties: power-of-two ratio),
 #: 3 lanes with padded rows and the residual branch at LayerNorm-input width (22 bits), left
 #: shifts (e = -1, e1 = 0) at 32-bit output, 5 lanes of 16-bit outputs from 20-bit inputs,
-#: and the BERT-base size (H = 768, 16 lanes, INT32 in, INT8 out).
+#: 47-bit inputs (an i-GELU output) on 3 lanes, and the BERT-base size (H = 768, 16 lanes,
+#: INT32 in, INT8 out).
 TEST_CONFIGS = (
     {"scale_in": 0.25, "scale_out": 1.0, "bits": 8, "in_bits": 12, "lanes": 1, "row": 7},
     {"scale_in": 3.1e-4, "scale_out": 0.0021, "bits": 22, "in_bits": 32, "identity": True,
@@ -629,5 +631,6 @@ TEST_CONFIGS = (
     {"scale_in": 3.0e9, "scale_out": 1.0, "bits": 32, "in_bits": 24, "identity": True,
      "identity_scale": 1.2e9, "identity_bits": 9, "lanes": 4, "row": 13},
     {"scale_in": 1.3e-3, "scale_out": 0.011, "bits": 16, "in_bits": 20, "lanes": 5, "row": 23},
+    {"scale_in": 2.2e-9, "scale_out": 0.06, "bits": 8, "in_bits": 47, "lanes": 3, "row": 11},
     {},
 )
