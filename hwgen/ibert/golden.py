@@ -39,6 +39,8 @@ EXP_CONST = 30
 EXP_COEFF = (0.35815147, 0.96963238 / 0.35815147, 1.0 / 0.35815147)
 SOFTMAX_MAX_BIT = 32
 LAYERNORM_MAX_BIT = 32
+#: Inputs of :func:`isqrt` stay below 2**ISQRT_MAX_BIT (int64 sums of squares stay exact).
+ISQRT_MAX_BIT = 62
 
 
 def f32(x):
@@ -93,17 +95,20 @@ def round_shift(x, e):
 
 
 def isqrt(v):
-    """Exact floor square root of non-negative integers below 2**32 (restoring, two bits per
+    """Exact floor square root of non-negative integers below 2**62 (restoring, two bits per
     step from the top, as the RTL computes it).
 
     After the step that consumes bits ``2j+1, 2j`` the partial root is the floor square root
     of ``v >> 2j``; ``tests/test_ibert_isqrt.py`` checks every input below 2**32 with a C
-    transcription of the same steps.
+    transcription of the same steps. Inputs of 2**32 and more (a LayerNorm variance at a small
+    ``shift``) take Python's exact ``math.isqrt``: the restoring steps give the floor root at
+    any width, and their int64 form would overflow there.
     """
     v = np.asarray(v, dtype=np.int64)
-    if v.size and (v.min() < 0 or v.max() >= 1 << 32):
-        raise ValueError("isqrt takes integers in 0 .. 2**32 - 1")
-    rem = v.copy()
+    if v.size and (v.min() < 0 or v.max() >= 1 << ISQRT_MAX_BIT):
+        raise ValueError(f"isqrt takes integers in 0 .. 2**{ISQRT_MAX_BIT} - 1")
+    wide = v >= 1 << 32
+    rem = np.where(wide, 0, v)
     root = np.zeros_like(v)
     for j in range(15, -1, -1):
         trial = (root << np.int64(2)) + 1           # (2 * root + 1) at this digit: 4r + 1
@@ -111,6 +116,8 @@ def isqrt(v):
         take = rem >= sub
         rem = np.where(take, rem - sub, rem)
         root = (root << np.int64(1)) + take.astype(np.int64)
+    if wide.any():
+        root[wide] = [math.isqrt(int(x)) for x in v[wide]]
     return root
 
 
