@@ -20,13 +20,21 @@ Two multipliers per element: ``d*d`` (``bits(b)`` squared) and ``q * (w >> 14)``
 into native-width partial products with registered inputs and outputs, summed by a pipelined
 adder tree (:func:`hwgen.lib.wide_mul.split_multiply`); ``w`` itself is never stored, only
 ``z = w >> 14``.
+
+After a per-channel QuantLinear the input scale differs per column of the row (``scale_file``,
+a vector of ``row`` scales; the reference's ``IntGELU`` then has per-channel ``b``, ``c`` and
+``shift``): each column's ``b`` and ``(K1, K2)`` sit in two ROMs read by the element's position
+in the row, ``b`` at the input and ``(K1, K2)`` where ``d*d`` leaves its multiplier (the second
+ROM's address is the delayed beat counter, so the constants are not carried down the pipeline);
+both ROMs' outputs are registered once more before use (one stage more than the scalar path).
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from amaranth.hdl import Module, Mux, Shape, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import Config, param
@@ -35,6 +43,7 @@ from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.wide_mul import split_multiply, split_multiply_stages
 from . import golden
+from .param_files import scale_vector, with_file_digest
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
     to_beats
 
@@ -50,6 +59,31 @@ def _interval_product(a, b):
     return min(corners), max(corners)
 
 
+def _z_ranges(b, k1, k2):
+    """Ranges of ``w >> 14`` for positive and for negative inputs (``d*d`` in ``0..b*b``)."""
+    return ((k1 >> SHIFT, (k1 + b * b) >> SHIFT), ((k2 - b * b) >> SHIFT, k2 >> SHIFT))
+
+
+def _out_range(q_range, b, k1, k2):
+    """Range of ``y`` for one column's folded constants (:attr:`GeluConfig.out_range`)."""
+    qlo, qhi = q_range
+    pos, neg = _z_ranges(b, k1, k2)
+    parts = [(0, 0)]
+    if min(qhi, -b - 1) >= 1:
+        parts.append(_interval_product((1, min(qhi, -b - 1)), pos))
+    if qhi >= -b:
+        parts.append(_interval_product((-b, qhi), (k1 >> SHIFT,) * 2))
+    parts.append(_interval_product((max(qlo, b + 1), -1), neg))
+    if qlo <= b:
+        parts.append(_interval_product((qlo, b), (k2 >> SHIFT,) * 2))
+    return min(p[0] for p in parts), max(p[1] for p in parts)
+
+
+def _union(ranges):
+    ranges = list(ranges)
+    return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
 @dataclass(frozen=True)
 class GeluConfig(Config):
     scale: float = param(2e-4, "scale of the input integers (after a linear layer: input "
@@ -58,32 +92,87 @@ class GeluConfig(Config):
     lanes: int = param(16, "elements per beat (one result per lane per cycle)", lo=1, hi=64)
     row: int = param(3072, "elements per row: TLAST after each row; a row is ceil(row/lanes) "
                            "beats, the last one padded", lo=1, hi=1 << 16)
+    scale_file: str = param("", "path of an .npz file with a float32 vector scale (or "
+                                "in_scale, as in hwgen.ibert.minilm.export's layer<L>_gelu.npz) "
+                                "of row scales, one per column (after a per-channel "
+                                "QuantLinear); replaces scale (empty: scale for every column)")
 
     def check(self):
-        with np.errstate(over="ignore"):
-            s = golden.f32(self.scale)
-        if not (np.isfinite(s) and s > 0):
-            raise ConfigError("scale", "must be a positive number representable in float32",
-                              value=self.scale)
-        b, c, _, _ = self.constants
-        # golden.int_gelu computes (a + b)**2 + c and the product in int64.
-        if b * b > INT64[1] or c < INT64[0] or \
-                max(-self.out_range[0], self.out_range[1]) > INT64[1]:
-            raise ConfigError("scale", f"is so small that i-GELU of {self.in_bits}-bit inputs "
-                              "exceeds int64, where golden.int_gelu wraps", value=self.scale)
+        if self.scale_file:
+            field, value = "scale_file", self.scale_file
+        else:
+            field, value = "scale", self.scale
+            with np.errstate(over="ignore"):
+                s = golden.f32(self.scale)
+            if not (np.isfinite(s) and s > 0):
+                raise ConfigError("scale", "must be a positive number representable in "
+                                  "float32", value=self.scale)
+        try:
+            with np.errstate(divide="ignore", over="ignore"):
+                columns = self.column_constants
+        except OverflowError:                  # a scale so small that s**2 is 0 in float32
+            columns = [(INT64[0] - 1, 0, 0)]
+        for b, c, shift in columns:
+            # golden.int_gelu computes (a + b)**2 + c and the product in int64.
+            k1, k2 = c + (shift << SHIFT), -c + (shift << SHIFT)
+            out = _out_range(self.q_range, b, k1, k2)
+            if b * b > INT64[1] or c < INT64[0] or max(-out[0], out[1]) > INT64[1]:
+                raise ConfigError(field, f"is so small that i-GELU of {self.in_bits}-bit "
+                                  "inputs exceeds int64, where golden.int_gelu wraps",
+                                  value=value)
 
     # -- constants and widths ------------------------------------------------------------------
 
+    def digest(self):
+        return with_file_digest(super().digest(), self.scale_file)
+
+    @cached_property
+    def scale_value(self):
+        """The input scale: ``scale``, or the float32 vector (``row``) of the file
+        :attr:`scale_file` (its array ``scale`` or ``in_scale``), checked positive."""
+        path = self.scale_file
+        if not path:
+            return self.scale
+        return scale_vector("scale_file", path, ("scale", "in_scale"), self.row)
+
+    @property
+    def per_column(self):
+        """The input scale is a vector: one ``(b, K1, K2)`` per column of the row."""
+        return bool(self.scale_file)
+
     @property
     def constants(self):
-        """``(b_int, c_int, shift_int, out_scale)`` from :func:`golden.gelu_constants`."""
-        return golden.gelu_constants(self.scale)
+        """``(b_int, c_int, shift_int, out_scale)`` from :func:`golden.gelu_constants` (int64
+        and float32 vectors with :attr:`per_column`)."""
+        return golden.gelu_constants(self.scale_value)
+
+    @cached_property
+    def column_constants(self):
+        """``[(b_int, c_int, shift_int)]`` as Python integers, one per column (one entry, the
+        scalar's, without :attr:`per_column`)."""
+        scales = self.scale_value if self.per_column else [self.scale]
+        return [golden.gelu_constants(s)[:3] for s in scales]
+
+    @cached_property
+    def column_folded(self):
+        """``[(b, K1, K2)]`` of :attr:`column_constants`, Python integers."""
+        return [(b, c + (shift << SHIFT), -c + (shift << SHIFT))
+                for b, c, shift in self.column_constants]
 
     @property
     def folded(self):
-        """``(b, K1, K2)``: ``K1 = c + shift * 2**14`` (q > 0), ``K2 = -c + shift * 2**14``."""
-        b, c, shift, _ = self.constants
-        return b, c + (shift << SHIFT), -c + (shift << SHIFT)
+        """``(b, K1, K2)``: ``K1 = c + shift * 2**14`` (q > 0), ``K2 = -c + shift * 2**14``;
+        with :attr:`per_column` ``b`` an int64 vector, ``K1`` and ``K2`` tuples."""
+        if not self.per_column:
+            b, c, shift, _ = self.constants
+            return b, c + (shift << SHIFT), -c + (shift << SHIFT)
+        b, k1, k2 = zip(*self.column_folded)
+        return np.array(b, dtype=np.int64), k1, k2
+
+    @property
+    def b_min(self):
+        """The most negative ``b`` over the columns."""
+        return min(f[0] for f in self.column_folded)
 
     @property
     def q_range(self):
@@ -91,9 +180,10 @@ class GeluConfig(Config):
 
     @property
     def z_ranges(self):
-        """Ranges of ``w >> 14`` for positive and for negative inputs (``d*d`` in ``0..b*b``)."""
-        b, k1, k2 = self.folded
-        return ((k1 >> SHIFT, (k1 + b * b) >> SHIFT), ((k2 - b * b) >> SHIFT, k2 >> SHIFT))
+        """Ranges of ``w >> 14`` for positive and for negative inputs (``d*d`` in ``0..b*b``),
+        over all columns."""
+        pos, neg = zip(*(_z_ranges(*f) for f in self.column_folded))
+        return _union(pos), _union(neg)
 
     @property
     def z_range(self):
@@ -109,7 +199,7 @@ class GeluConfig(Config):
     @property
     def d_shape(self):
         """Shape of ``d = min(|q| + b, 0)``: ``b..0``."""
-        return Shape.cast(range(self.folded[0], 1))
+        return Shape.cast(range(self.b_min, 1))
 
     @property
     def square_stages(self):
@@ -126,18 +216,7 @@ class GeluConfig(Config):
         """Range of ``y``, per input sign: where ``|q| >= -b`` the clip makes ``z`` constant
         (``K1 >> 14`` or ``K2 >> 14``: these extremes are attained), below it an interval
         product with the whole range of ``z``; and 0."""
-        qlo, qhi = self.q_range
-        b, k1, k2 = self.folded
-        pos, neg = self.z_ranges
-        parts = [(0, 0)]
-        if min(qhi, -b - 1) >= 1:
-            parts.append(_interval_product((1, min(qhi, -b - 1)), pos))
-        if qhi >= -b:
-            parts.append(_interval_product((-b, qhi), (k1 >> SHIFT,) * 2))
-        parts.append(_interval_product((max(qlo, b + 1), -1), neg))
-        if qlo <= b:
-            parts.append(_interval_product((qlo, b), (k2 >> SHIFT,) * 2))
-        return min(p[0] for p in parts), max(p[1] for p in parts)
+        return _union(_out_range(self.q_range, *f) for f in self.column_folded)
 
     @property
     def out_bits(self):
@@ -153,8 +232,9 @@ class GeluConfig(Config):
     def latency(self):
         """Cycles from an input handshake to its result entering the output FIFO: input
         register, ``d = min(|q| + b, 0)`` (adder, select), ``d*d`` (:attr:`square_stages`),
-        ``z = w >> 14`` (adder), ``q * z`` (:attr:`product_stages`), output register."""
-        return 1 + 1 + self.square_stages + 1 + self.product_stages + 1
+        ``z = w >> 14`` (adder), ``q * z`` (:attr:`product_stages`), output register; with
+        :attr:`per_column` one more, the register of the ROM's output before ``d``."""
+        return 1 + int(self.per_column) + 1 + self.square_stages + 1 + self.product_stages + 1
 
     def performance(self, rows=None):
         """Cycle model without stalls: one beat per cycle, back to back across rows.
@@ -173,15 +253,23 @@ class GeluConfig(Config):
     def derived(self):
         b, c, shift, out_scale = self.constants
         _, k1, k2 = self.folded
-        return {"b_int": b, "c_int": c, "shift_int": shift, "out_scale": float(out_scale),
-                "k_pos": k1, "k_neg": k2, "out_bits": self.out_bits,
-                "out_range": list(self.out_range),
-                "square_bits": (-b).bit_length(),
-                "z_bits": max(signed_bits(v) for r in self.z_ranges for v in r),
-                "square_stages": self.square_stages, "product_stages": self.product_stages,
-                "beats_per_row": self.beats_per_row,
-                "lanes_in_last_beat": lanes_in_last_beat(self.row, self.lanes),
-                "pipeline_latency": self.latency, "output_fifo_depth": self.latency + 3}
+        if self.per_column:
+            d = {f"{n}_range": [int(min(v)), int(max(v))]
+                 for n, v in (("b_int", b), ("c_int", c), ("shift_int", shift), ("k_pos", k1),
+                              ("k_neg", k2))}
+            d["out_scale_range"] = [float(out_scale.min()), float(out_scale.max())]
+        else:
+            d = {"b_int": b, "c_int": c, "shift_int": shift, "out_scale": float(out_scale),
+                 "k_pos": k1, "k_neg": k2}
+        d.update({"out_bits": self.out_bits,
+                  "out_range": list(self.out_range),
+                  "square_bits": (-self.b_min).bit_length(),
+                  "z_bits": max(signed_bits(v) for r in self.z_ranges for v in r),
+                  "square_stages": self.square_stages, "product_stages": self.product_stages,
+                  "beats_per_row": self.beats_per_row,
+                  "lanes_in_last_beat": lanes_in_last_beat(self.row, self.lanes),
+                  "pipeline_latency": self.latency, "output_fifo_depth": self.latency + 3})
+        return d
 
 
 def signed_bits(v):
@@ -234,6 +322,14 @@ class Gelu(wiring.Component):
     into a register (at most 18x18 signed per multiplier); each register stage holds at most
     one adder carry chain and a few LUTs.
 
+    With ``config.scale_file`` (per-column scales) ``b``, ``K1`` and ``K2`` are read from two
+    ROMs (``rom_b``, ``rom_k``: ``beats_per_row`` words of ``lanes`` columns) by the beat's
+    position in the row (``beat``, counting input handshakes, 0 after ``last``); each ROM's
+    synchronous output is registered once more (``rom_b_reg``, ``rom_k_reg``), ``q`` waits
+    beside ``rom_b_reg``, and ``rom_k`` is addressed by the beat counter delayed to meet
+    ``d*d``, so the constants are not carried down the pipeline: one stage more than the scalar
+    path, the same adders and multipliers, now with register operands.
+
     Backpressure: ``o_y`` may stall at any time; the pipeline never stalls, ``i_x.ready``
     drops while the output FIFO could not hold everything in flight (a registered compare, no
     combinational path from ``o_y.ready``).
@@ -249,26 +345,87 @@ class Gelu(wiring.Component):
     def elaborate(self, platform):
         c = self.config
         m = Module()
+        if c.per_column:
+            return self._elaborate_columns(m)
         b, k1, k2 = c.folded
         qlo, _ = c.q_range
 
         def lane(m, k, p):
-            q = p.q[k]
-            u = Signal(range(b, b - qlo + 1), name=f"u{k}")        # |q| + b
-            d = Signal(c.d_shape, name=f"d{k}")                    # min(|q| + b, 0)
-            z = Signal(c.z_shape, name=f"z{k}")                    # w >> 14
-            negative = q[-1]
-            # d and z get registers of their own, which the multipliers' input registers copy
-            # (a multiplier's input register written from logic is placed by that logic,
-            # measured 1.5 ns further from the multiplier than one written from a register).
-            m.d.comb += u.eq(Mux(negative, b - q, q + b))
-            m.d.sync += d.eq(Mux(u[-1], u, 0))
-            sq, sq_stages = split_multiply(m, d, d, name=f"sq{k}")
-            neg_w = delay(m, negative, 1 + sq_stages, name=f"neg{k}")
-            m.d.sync += z.eq(Mux(neg_w, k2 - sq, sq + k1) >> SHIFT)
-            q_z = delay(m, q, 2 + sq_stages, name=f"q{k}")
-            y, y_stages = split_multiply(m, q_z, z, name=f"y{k}")
-            return y, 2 + sq_stages + y_stages
+            return self._lane(m, k, p.q[k], b, k1, k2, range(b, b - qlo + 1))
+
+        latency = elementwise(m, self.i_x, self.o_y, "y", lane, row=c.row, lanes=c.lanes)
+        assert latency == c.latency
+        return m
+
+    def _lane(self, m, k, q, b, k1, k2, u_range):
+        """One lane from ``q`` on: ``(y, stages)``. ``b``, ``K1``, ``K2``: constants, or
+        registers valid with ``q`` (``b``) and with ``d*d`` (``K1``, ``K2``)."""
+        c = self.config
+        u = Signal(u_range, name=f"u{k}")                      # |q| + b
+        d = Signal(c.d_shape, name=f"d{k}")                    # min(|q| + b, 0)
+        z = Signal(c.z_shape, name=f"z{k}")                    # w >> 14
+        negative = q[-1]
+        # d and z get registers of their own, which the multipliers' input registers copy
+        # (a multiplier's input register written from logic is placed by that logic,
+        # measured 1.5 ns further from the multiplier than one written from a register).
+        m.d.comb += u.eq(Mux(negative, b - q, q + b))
+        m.d.sync += d.eq(Mux(u[-1], u, 0))
+        sq, sq_stages = split_multiply(m, d, d, name=f"sq{k}")
+        neg_w = delay(m, negative, 1 + sq_stages, name=f"neg{k}")
+        m.d.sync += z.eq(Mux(neg_w, k2 - sq, sq + k1) >> SHIFT)
+        q_z = delay(m, q, 2 + sq_stages, name=f"q{k}")
+        y, y_stages = split_multiply(m, q_z, z, name=f"y{k}")
+        return y, 2 + sq_stages + y_stages
+
+    @staticmethod
+    def column_roms(config):
+        """Per-column constants, as :meth:`_elaborate_columns` reads them: ``{name: (layout,
+        init)}`` of the ROMs ``b`` (``b``) and ``k`` (``pos``: ``K1``, ``neg``: ``K2``). Beat
+        ``j``, lane ``i`` holds column ``j * lanes + i`` (0 past the row)."""
+        c = config
+        _, k1, k2 = c.folded
+        cols = c.column_folded + [(0, 0, 0)] * (c.beats_per_row * c.lanes - c.row)
+
+        def beats(entry):
+            return [[entry(*cols[j * c.lanes + i]) for i in range(c.lanes)]
+                    for j in range(c.beats_per_row)]
+
+        k_layout = data.StructLayout({
+            "pos": Shape.cast(range(min(0, *k1), max(0, *k1) + 1)),
+            "neg": Shape.cast(range(min(0, *k2), max(0, *k2) + 1))})
+        return {"b": (data.ArrayLayout(c.d_shape, c.lanes), beats(lambda b, _k1, _k2: b)),
+                "k": (data.ArrayLayout(k_layout, c.lanes),
+                      beats(lambda _b, p, n: {"pos": p, "neg": n}))}
+
+    def _elaborate_columns(self, m):
+        """The per-column datapath: the lanes of :meth:`elaborate` with ``b``, ``K1`` and
+        ``K2`` read from ROMs by the element's beat in the row (``beat``, counting input
+        handshakes, 0 after ``last``). ``b``'s ROM is read with the input beat, its output
+        registered beside the input register's copy of ``q``; ``k``'s with the beat counter
+        delayed to reach its registered output as ``d*d`` leaves its multiplier."""
+        c = self.config
+        qlo, _ = c.q_range
+        b_hi = max(f[0] for f in c.column_folded)
+        beat = Signal(range(c.beats_per_row), name="beat")
+        with m.If(self.i_x.valid & self.i_x.ready):
+            m.d.sync += beat.eq(Mux(self.i_x.payload.last | (beat == c.beats_per_row - 1),
+                                    0, beat + 1))
+        roms = {}
+        for name, (layout, init) in self.column_roms(c).items():
+            rom = memory.Memory(shape=layout, depth=c.beats_per_row, init=init)
+            m.submodules[f"rom_{name}"] = rom
+            port = rom.read_port()
+            addr = beat if name == "b" else delay(m, beat, 1 + c.square_stages, name="beat_k")
+            m.d.comb += port.addr.eq(addr)
+            roms[name] = Signal(layout, name=f"rom_{name}_reg")    # the ROM's output register
+            m.d.sync += roms[name].eq(port.data)
+
+        def lane(m, k, p):
+            q = delay(m, p.q[k], 1, name=f"q1_{k}")               # beside the ROM's register
+            kk = roms["k"][k]
+            y, stages = self._lane(m, k, q, roms["b"][k], kk.pos, kk.neg,
+                                   range(c.b_min, b_hi - qlo + 1))
+            return y, 1 + stages
 
         latency = elementwise(m, self.i_x, self.o_y, "y", lane, row=c.row, lanes=c.lanes)
         assert latency == c.latency
@@ -288,7 +445,7 @@ def gelu_values(rng, kind, shape, config):
     qlo, qhi = config.q_range
     b = config.folded[0]
     if kind == "realistic":
-        x = rng.normal(0.0, 1.5, size=shape) / float(golden.f32(config.scale))
+        x = rng.normal(0.0, 1.5, size=shape) / golden.f32(config.scale_value).astype(float)
         return np.clip(np.round(x), qlo, qhi).astype(np.int64)
     if kind == "polynomial":
         return np.clip(rng.integers(b - 4, -b + 4, size=shape, endpoint=True), qlo, qhi)
@@ -338,9 +495,10 @@ class GeluModel(StreamModel):
 
     @staticmethod
     def expect(config, stim):
-        """``o_y``: :func:`hwgen.ibert.golden.int_gelu` of all rows at ``scale``, packed like the
-        input as ``y`` with zero padding lanes and ``last`` on each row's final beat."""
-        y, _ = golden.int_gelu(stim["q"], config.scale)
+        """``o_y``: :func:`hwgen.ibert.golden.int_gelu` of all rows at ``scale`` (or the
+        per-column scales of ``scale_file``), packed like the input as ``y`` with zero padding
+        lanes and ``last`` on each row's final beat."""
+        y, _ = golden.int_gelu(stim["q"], config.scale_value)
         return {"o_y": to_beats({"y": y}, config.lanes)}
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["load_arrays", "int_array", "float_array", "with_file_digest"]
+__all__ = ["load_arrays", "int_array", "float_array", "scale_vector", "with_file_digest"]
 
 
 def load_arrays(field, path, names, optional=()):
@@ -71,6 +71,17 @@ def float_array(field, path, name, a, shape, positive=False):
         raise ConfigError(field, f"array {name} must be positive (it holds {a.min():g})",
                           value=path)
     return a
+
+
+def scale_vector(field, path, names, length):
+    """The float32 vector of ``length`` positive scales in the ``.npz`` file ``path``: its
+    first array of ``names`` (alternative names, e.g. the configuration's and the one
+    :func:`hwgen.ibert.minilm.export` writes)."""
+    a = load_arrays(field, path, (), optional=names)
+    if not a:
+        raise ConfigError(field, f"the file holds neither {' nor '.join(names)}", value=path)
+    name = next(n for n in names if n in a)
+    return float_array(field, path, name, a[name], (length,), positive=True)
 
 
 def with_file_digest(digest, *paths):

@@ -30,7 +30,7 @@ from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.wide_mul import range_shape, split_multiply, split_multiply_stages
 from . import golden
-from .param_files import float_array, load_arrays, with_file_digest
+from .param_files import scale_vector, with_file_digest
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
     to_beats
 
@@ -203,12 +203,7 @@ class RequantConfig(Config):
         path = self.scale_in_file
         if not path:
             return self.scale_in
-        a = load_arrays("scale_in_file", path, (), optional=("scale_in", "in_scale"))
-        if not a:
-            raise ConfigError("scale_in_file", "the file holds neither scale_in nor in_scale",
-                              value=path)
-        name = "scale_in" if "scale_in" in a else "in_scale"
-        return float_array("scale_in_file", path, name, a[name], (self.row,), positive=True)
+        return scale_vector("scale_in_file", path, ("scale_in", "in_scale"), self.row)
 
     @property
     def per_column(self):
