@@ -531,17 +531,32 @@ def cluster():
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output directory.")
 @click.option("--no-tops", is_flag=True, help="Skip the per-FPGA top-level Verilog.")
+@click.option("--kernels", type=click.Choice(["inside", "external"]), default=None,
+              help="Compute kernels inside the tops behind packet adapters, or external "
+                   "packet ports [default: the description's `kernels`, else inside].")
+@click.option("--resources", is_flag=True,
+              help="Per-FPGA resource table (yosys synth_xilinx per distinct module "
+                   "configuration, cached) against the boards' capacity; writes "
+                   "resources.json. Slow for BERT-base kernels.")
 @reports_errors
-def cluster_build(description, out_dir, no_tops):
+def cluster_build(description, out_dir, no_tops, kernels, resources):
     """Build a cluster description (a JSON file, or a shipped name: ibert_encoder)."""
     from .cluster.builder import build as run_build
     from .cluster.describe import load
     desc = load(description)
     checks.output_dir("out", out_dir)
-    result = run_build(desc, Path(out_dir), tops=not no_tops, log=_log)
+    if resources and no_tops:
+        raise ConfigError("resources", "needs the tops (drop --no-tops)")
+    result = run_build(desc, Path(out_dir), tops=not no_tops, log=_log, kernels=kernels)
     for line in result["summary"]:
         click.echo(line)
     click.echo(f"wrote {len(result['written'])} files to {out_dir}")
+    if resources:
+        from .cluster.builder import resource_lines, resource_table, write_resources
+        table = resource_table(result["fpgas"], result["plans"], log=_log)
+        for line in resource_lines(table):
+            click.echo(line)
+        click.echo(f"wrote {write_resources(table, out_dir)}")
 
 
 @cluster.command("sim")

@@ -35,15 +35,23 @@ def test_role_strings_round_trip(ibert):
 def test_fpga_plan_ports_and_configs(ibert):
     plans = [ibert]
     by_name = {f.name: f for f in ibert.cluster.fpgas}
-    fp = fpga_plan(ibert, by_name["fpga1"], 64, 1)
+    fp = fpga_plan(ibert, by_name["fpga1"], 64, 1, kernels="external")
     assert isinstance(fp, FPGAPlan) and fp.name == top_name(ibert, by_name["fpga1"])
     assert fp.external == (1, 2, 3)                # compute kernels only: ports of the top
+    assert not fp.computes
+    inside = fpga_plan(ibert, by_name["fpga1"], 64, 1)
+    assert inside.external == () and sorted(inside.computes) == [1, 2, 3]
+    assert inside.computes[1].sources == ((39, "i_0_x", 10),)   # the virtual broadcast
+    assert inside.computes[1].r2p.dest == 34 and inside.computes[1].seq_len == 128
     assert fp.gateway is not None and fp.gateway.virtual_ids == {"broadcast": 39}
     assert set(fp.gmi_configs) == set(fp.gmi_kinds) == {34, 35, 36}
     assert fp.gmi_kinds[34] == "scatter" and fp.gmi_configs[34].kernel_id == 34
     assert fp.router.members == ibert.size and fp.router.node_address == 0x0A010265
-    fp2 = fpga_plan(ibert, by_name["fpga2"], 64, 1)
+    fp2 = fpga_plan(ibert, by_name["fpga2"], 64, 1, kernels="external")
     assert fp2.gateway is None and fp2.external == tuple(range(4, 16)) and not fp2.gmi_configs
+    fp2 = fpga_plan(ibert, by_name["fpga2"], 64, 1)
+    assert all(c.sources == ((34, "i_0_q", 0), (35, "i_0_k", 1)) and c.r2p.dest == i + 12
+               for i, c in fp2.computes.items())
     assert routing_tables(ibert, plans)["kernels"][39] == by_name["fpga1"].ip
 
 
@@ -52,11 +60,15 @@ def test_header_attachers_where_kernels_send_to_output():
     for p in plans:
         n = max(q.cluster.id for q in plans) + 1
         for f in p.cluster.fpgas:
-            fp = fpga_plan(p, f, 64, n)
-            want = tuple(i for i in fp.external if "output" in p.kernels[i].dests)
-            assert fp.headers == (want if p.cluster.output else ())
-            assert fp.dest_cluster == (p.cluster.output or {}).get("cluster")
-    assert any(fpga_plan(p, f, 64, 2).headers for p in plans for f in p.cluster.fpgas)
+            for mode in ("inside", "external"):
+                fp = fpga_plan(p, f, 64, n, kernels=mode, plans=plans)
+                ids = fp.external or tuple(fp.computes)
+                want = tuple(i for i in ids if "output" in p.kernels[i].dests)
+                assert fp.headers == (want if p.cluster.output else ())
+                assert fp.dest_cluster == (p.cluster.output or {}).get("cluster")
+                assert all(c.header == (i in want) for i, c in fp.computes.items())
+    assert any(fpga_plan(p, f, 64, 2, plans=plans).headers
+               for p in plans for f in p.cluster.fpgas)
 
 
 def test_cfg_packing_is_the_layouts(ibert):
@@ -105,7 +117,8 @@ def test_plan_imports_no_gateware():
             "assert not [m for m in sys.modules if m.startswith('amaranth')]\n"
             "plans = P.plan(describe.load('two_clusters'))\n"
             "f = plans[0].cluster.fpgas[0]\n"
-            "P.fpga_plan(plans[0], f, 64, 2)\n"
+            "P.fpga_plan(plans[0], f, 64, 2, plans=plans)\n"
+            "P.fpga_plan(plans[0], f, 64, 2, kernels='external')\n"
             "assert 'hwgen.cluster.top' not in sys.modules\n"
             "assert 'hwgen.cluster.builder' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

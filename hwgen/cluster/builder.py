@@ -11,14 +11,23 @@ destinations), ``logical.xml`` and ``map.xml`` (Galapagos style, from
 ``dot`` is installed), and per FPGA ``<fpga>/routing.json``, ``kernel_table.hex``,
 ``cluster_table.hex`` (256 words each: bit 32 valid, bits 31:0 the IPv4 address of the node)
 and, from :func:`write_tops`, the top-level Verilog with ``ports.json``, ``router_cfg.json`` /
-``router_cfg.hex`` (the configuration beats loading the routing tables), ``gmi.json`` and, on
-the gateway's FPGA, ``gateway.json``.
+``router_cfg.hex`` (the configuration beats loading the routing tables), ``gmi.json``,
+``compute.json`` (each compute kernel inside the top: its chain, the source ids feeding each
+chain input, both adapters' configurations) and, on the gateway's FPGA, ``gateway.json``.
+With ``kernels="external"`` the compute kernels stay outside the tops (packet ports; the
+multi-FPGA simulation plays them).
+
+:func:`resource_table` (``hwgen cluster build --resources``) estimates each top's resources with
+yosys, one run per distinct module or adapter configuration (cached), against the boards'
+capacity; :func:`write_resources` writes ``OUT/resources.json``. A BERT-base Linear 768x768
+alone took 638 s in yosys here, so the table is opt-in.
 """
 
 import ipaddress
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 from . import describe as D
@@ -102,12 +111,16 @@ def _ranges(ids):
     return ",".join(parts)
 
 
-def build(description, out_dir, *, tops=True, picture=True, log=None):
+def build(description, out_dir, *, tops=True, picture=True, log=None, kernels=None):
     """Write everything for ``description`` (a :class:`~hwgen.cluster.describe.Description` or
     a path) under ``out_dir``; returns ``{"plans", "written", "summary", "fpgas"}`` (``fpgas``:
-    the :class:`~hwgen.cluster.plan.FPGAPlan` of every top written, none without ``tops``)."""
+    the :class:`~hwgen.cluster.plan.FPGAPlan` of every top written, none without ``tops``).
+    ``kernels``: "inside" (each top holds its compute kernels behind packet adapters),
+    "external" (compute kernels are packet ports of the tops) or None (the description's
+    ``kernels``)."""
     from ..flow.package import render
     desc = description if isinstance(description, D.Description) else D.load(description)
+    kernels = kernels or desc.kernels
     plans = plan(desc)
     out = Path(out_dir)
     written, fpgas = [], []
@@ -121,6 +134,7 @@ def build(description, out_dir, *, tops=True, picture=True, log=None):
         cdir = out / p.cluster.name
         tables = routing_tables(p, plans)
         kinfo = {"cluster": p.cluster.id, "name": p.cluster.name, "size": p.size,
+                 "compute_kernels": kernels if tops else None,
                  "reserved_ids": {str(k): v for k, v in p.cluster.reserved_ids.items()},
                  "counts": p.counts(), "output": p.cluster.output,
                  "kernels": [p.kernels[i].to_dict() for i in sorted(p.kernels)]}
@@ -156,28 +170,36 @@ def build(description, out_dir, *, tops=True, picture=True, log=None):
             write(fdir / "kernel_table.hex", _hex_image(tables["kernels"]))
             write(fdir / "cluster_table.hex", _hex_image(tables["clusters"]))
         if tops:
-            paths, fps = write_tops(p, plans, desc, cdir, log=log)
+            paths, fps = write_tops(p, plans, desc, cdir, log=log, kernels=kernels)
             written += paths
             fpgas += fps
     lines = summary_lines(plans)
+    seq = next((c.seq_len for fp in fpgas for c in fp.computes.values()), None)
+    if tops and kernels == "inside":
+        lines.append("compute kernels: inside the tops behind packet adapters"
+                     + (f" (M = {seq} tokens, a build-time limit)" if seq else ""))
+    elif tops:
+        lines.append("compute kernels: external (packet ports s_axis_k<id>/m_axis_k<id>)")
     write(out / "summary.txt", "\n".join(lines) + "\n")
-    return {"plans": plans, "written": written, "summary": lines, "fpgas": fpgas}
+    return {"plans": plans, "written": written, "summary": lines, "fpgas": fpgas,
+            "kernels": kernels}
 
 
-def write_tops(plan, plans, desc, cdir, log=None):
+def write_tops(plan, plans, desc, cdir, log=None, kernels="inside"):
     """Emit ``<fpga>/<cluster>_<fpga>.v`` + ``ports.json`` + ``router_cfg.{json,hex}`` +
-    ``gmi.json`` (+ ``gateway.json``) for every FPGA of ``plan``; returns the paths written
-    and the FPGAs' :class:`~hwgen.cluster.plan.FPGAPlan`."""
+    ``gmi.json`` + ``compute.json`` (the compute kernels inside: chains and adapter
+    configurations; empty with ``kernels="external"``) (+ ``gateway.json``) for every FPGA of
+    ``plan``; returns the paths written and the FPGAs' :class:`~hwgen.cluster.plan.FPGAPlan`."""
     from ..flow.emit import emit_verilog
     from .router import pack_cfg
     from .top import FPGATop
     n_clusters = max(p.cluster.id for p in plans) + 1
     beats = router_cfg_beats(routing_tables(plan, plans))
-    written, fpgas = [], []
-    for f in plan.cluster.fpgas:
+    written = []
+    fpgas = [fpga_plan(plan, f, desc.data_bits, n_clusters, kernels=kernels, plans=plans,
+                       seq_len=desc.sequence_length) for f in plan.cluster.fpgas]
+    for f, fp in zip(plan.cluster.fpgas, fpgas):      # every plan checked before emitting
         fdir = Path(cdir) / f.name
-        fp = fpga_plan(plan, f, desc.data_bits, n_clusters)
-        fpgas.append(fp)
         if log:
             log(f"emitting {fp.name}.v")
         v_path, _ = emit_verilog(FPGATop(fp), fp.name, fdir)
@@ -185,10 +207,141 @@ def write_tops(plan, plans, desc, cdir, log=None):
         (fdir / "router_cfg.hex").write_text("".join(f"{pack_cfg(b):011x}\n" for b in beats))
         (fdir / "gmi.json").write_text(json.dumps(
             {str(i): c.to_dict() for i, c in fp.gmi_configs.items()}, indent=2) + "\n")
+        (fdir / "compute.json").write_text(json.dumps(
+            {str(i): c.to_dict() for i, c in fp.computes.items()}, indent=2) + "\n")
         written += [v_path, fdir / "ports.json", fdir / "router_cfg.json",
-                    fdir / "router_cfg.hex", fdir / "gmi.json"]
+                    fdir / "router_cfg.hex", fdir / "gmi.json", fdir / "compute.json"]
         if fp.gateway is not None:
             (fdir / "gateway.json").write_text(json.dumps(
                 {**fp.gateway.to_dict(), "derived": fp.gateway.derived()}, indent=2) + "\n")
             written.append(fdir / "gateway.json")
     return written, fpgas
+
+
+# -- resources ---------------------------------------------------------------------------------
+
+#: Resource keys of the table (``bram``: BRAM18 blocks, as :meth:`hwgen.boards.Board.percent`).
+RESOURCE_KEYS = ("lut", "ff", "bram", "uram", "dsp")
+
+
+class _Shell:
+    """What :func:`hwgen.flow.synth.synthesize` needs of a configuration, for a top without
+    its compute kernels (switches, router, GMI kernels, gateway, header attachers)."""
+
+    def __init__(self, fp):
+        import hashlib
+        self.fp = fp
+        self.key = hashlib.sha256(repr((fp.name, fp.data_bits, fp.router, fp.headers,
+                                        fp.dest_cluster, sorted(fp.gmi_configs.items()),
+                                        fp.gateway, fp.external)).encode()).hexdigest()
+
+    def digest(self):
+        return self.key[:12]
+
+    def to_dict(self):
+        return {"fpga": self.fp.name}
+
+    def derived(self):
+        return {}
+
+
+class _ShellAcc:
+    name = "cluster-shell"
+    top_name = "cluster_shell"
+
+    @staticmethod
+    def build_core(shell):
+        from dataclasses import replace
+        from .top import FPGATop
+        return FPGATop(replace(shell.fp, computes={}, external=tuple(shell.fp.computes)
+                               or shell.fp.external))
+
+
+def _counts(report):
+    r = report["resources"]
+    return {"lut": r["lut"], "ff": r["ff"], "bram": r["bram18"], "uram": r["uram"],
+            "dsp": r["dsp"]}
+
+
+def _anonymous_p2r(cfg):
+    """``cfg`` with source ids 0, 1, ...: adapters differing only in ids share one synthesis
+    (the ids are constants of one comparator each)."""
+    spec = ",".join(f"{k}:{e.split(':', 1)[1]}" if ":" in e else str(k)
+                    for k, e in enumerate(cfg.sources.split(",")))
+    return replace(cfg, sources=spec)
+
+
+def resource_table(fpgas, plans=None, log=None):
+    """Per FPGA (:class:`~hwgen.cluster.plan.FPGAPlan` with its kernels inside) the yosys
+    ``synth_xilinx`` resources of its parts, each distinct configuration synthesised once
+    (cached by configuration digest, :func:`hwgen.flow.synth.synthesize`): every module of its
+    compute kernels' chains, their two packet adapters, and the rest of the top (switches,
+    router, GMI kernels, gateway, header attachers: the top without its compute kernels).
+    Adapters are synthesised with their ids set to 0, 1, ... (ids only change comparator
+    constants), so adapters of one format share a run. The regroupers between a chain's
+    modules are not counted (a few registers and multiplexers each). Compute kernels outside
+    the tops (``kernels="external"``) count with their modules (``plans`` names them) and
+    without adapters. Returns ``{"capacity": {board: {...}}, "fpgas": {top: {"parts": [...],
+    "total": {...}, "percent": {...}, "fits": bool}}, "synth_seconds", "note"}``."""
+    from .. import registry
+    from ..boards import load_board
+    from ..flow.synth import synthesize
+    out, seconds, boards = {}, 0.0, {}
+    for fp in fpgas:
+        board = boards.setdefault(fp.fpga.board, load_board(fp.fpga.board))
+        parts = []
+
+        def add(label, acc, cfg, count=1):
+            nonlocal seconds
+            rep = synthesize(acc, cfg, log=log)
+            seconds += rep["seconds"]
+            parts.append({"part": label, "count": count, "digest": cfg.digest(),
+                          **_counts(rep)})
+        groups = {}
+        plan_of = {p.cluster.id: p for p in plans or ()}
+        for i in fp.external:                   # kernels outside: their modules, no adapters
+            for mod in plan_of[fp.cluster_id].kernels[i].modules:
+                cfg = registry.get(mod.kind).config.from_dict(mod.params)
+                groups.setdefault((mod.kind, cfg.digest()), [mod.kind, cfg, 0])[2] += 1
+        for cp in fp.computes.values():
+            for kind, cfg in zip(cp.chain.kinds, cp.chain.configs):
+                groups.setdefault((kind, cfg.digest()), [kind, cfg, 0])[2] += 1
+            for kind, cfg in (("cluster-pkt2row", _anonymous_p2r(cp.p2r)),
+                              ("cluster-row2pkt", replace(cp.r2p, dest=0, src=0))):
+                groups.setdefault((kind, cfg.digest()), [kind, cfg, 0])[2] += 1
+        for kind, cfg, n in groups.values():
+            add(kind, registry.get(kind), cfg, n)
+        add("shell (switches, router, GMI, gateway)", _ShellAcc, _Shell(fp))
+        total = {k: sum(p[k] * p["count"] for p in parts) for k in RESOURCE_KEYS}
+        pct = {k: round(v, 1) for k, v in board.percent(total).items()}
+        out[fp.name] = {"fpga": fp.fpga.name, "board": board.name, "parts": parts,
+                        "total": total, "percent": pct, "fits": max(pct.values()) <= 100}
+    caps = {name: {"lut": b.resources["lut"], "ff": b.resources["ff"],
+                   "bram": 2 * b.resources["bram36"], "uram": b.resources["uram"],
+                   "dsp": b.resources["dsp"], "scope": b.resources_scope}
+            for name, b in boards.items()}
+    return {"capacity": caps, "fpgas": out, "synth_seconds": round(seconds, 1),
+            "note": "yosys synth_xilinx -family xcup estimates (hwgen.flow.synth); BRAM in "
+                    "18 Kb blocks; chain regroupers not counted"}
+
+
+def resource_lines(table):
+    """The table as text lines (one per FPGA, then the FPGAs that do not fit)."""
+    lines = [f"{'top':<20} " + " ".join(f"{k:>16}" for k in RESOURCE_KEYS) + "  fits"]
+    for name, row in table["fpgas"].items():
+        cells = " ".join(f"{row['total'][k]:>9} {row['percent'][k]:>5.1f}%"
+                         for k in RESOURCE_KEYS)
+        lines.append(f"{name:<20} {cells}  {'yes' if row['fits'] else 'NO'}")
+    for b, cap in table["capacity"].items():
+        lines.append(f"capacity ({b}, {cap['scope']}): " + ", ".join(
+            f"{k} {cap[k]}" for k in RESOURCE_KEYS))
+    bad = [n for n, r in table["fpgas"].items() if not r["fits"]]
+    lines.append("does not fit: " + ", ".join(bad) if bad else "every FPGA fits")
+    return lines
+
+
+def write_resources(table, out_dir):
+    """``OUT/resources.json``; returns its path."""
+    path = Path(out_dir) / "resources.json"
+    path.write_text(json.dumps(table, indent=2) + "\n")
+    return path

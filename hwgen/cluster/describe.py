@@ -21,6 +21,11 @@ one or more (``output``: the cluster's output, sent to another cluster). Its ``g
 ``reduce`` for a fan-in; without ``gmi``, equal counts connect pairwise (``a[i] -> b[i]``) and
 1 -> 1 is point-to-point. ``params`` go to the GMI kernel's config (``length``, ``elem_bits``,
 ``op``). A GMI connection from ``input`` becomes a *virtual* kernel inside the gateway.
+``port`` names the input of each receiving kernel's chain that the connection feeds (the
+chain's ``i_<module>_<port>`` names, :mod:`hwgen.cluster.compute`: ``"i_0_k"`` for K of the
+attention, ``"i_1_id"`` for the residual of a requantisation with identity): a string for
+every receiver, or ``{"<layer or instance>": "<input>"}`` per receiver. Without it a receiver
+with exactly one input left unfed takes it (:func:`hwgen.cluster.plan.kernel_plan`).
 
 **Cluster description** (where everything goes)::
 
@@ -34,7 +39,13 @@ one or more (``output``: the cluster's output, sent to another cluster). Its ``g
 cluster. ``kernels`` lists instance references, layer names, GMI connection names and
 ``gateway`` (exactly once per cluster); a GMI kernel not listed is placed with its sender
 (broadcast, scatter) or its receiver (gather, reduce). ``reserved_ids`` are kernel ids the
-builder leaves unassigned (their routing entries stay invalid).
+builder leaves unassigned (their routing entries stay invalid). ``sequence_length`` (M, default:
+the smallest ``max_len`` of the layers' modules, or 1) is a build-time limit of the compute
+kernels placed inside the tops: their packet adapters count the rows of a matrix (Linear's
+``last_row`` every M rows, attention Q/K/V matrices of M x head_dim elements), so a built
+encoder takes exactly M tokens. ``kernels`` (default ``"inside"``) says where the builder puts
+the compute kernels: inside the tops behind packet adapters, or ``"external"`` (packet ports of
+the tops, the kernels built apart); ``hwgen cluster build --kernels`` overrides it.
 
 :func:`load` parses and validates both; every problem raises
 :class:`~hwgen.errors.ConfigError` naming the offending field by its JSON path
@@ -89,6 +100,13 @@ class Connection:
     dst: tuple          # instance names, or ("output",)
     gmi: object         # None or one of GMI_KINDS
     params: dict
+    port: object = None  # None, a chain input name, or {layer or instance name: input name}
+
+    def port_of(self, instance):
+        """The chain input this connection feeds in ``instance`` (None: the default)."""
+        if isinstance(self.port, dict):
+            return self.port.get(instance, self.port.get(instance.split("[")[0]))
+        return self.port
 
     @property
     def virtual(self):
@@ -132,6 +150,8 @@ class Description:
     data_bits: int
     clusters: tuple
     path: object = None
+    sequence_length: int = 0    # M of the compute kernels inside the tops (0: the default)
+    kernels: str = "inside"     # compute kernels "inside" the tops or "external" (ports)
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -262,7 +282,7 @@ def parse_layers(obj, where="layers"):
         w = f"{pre}connections[{i}]"
         if not isinstance(cobj, dict):
             raise ConfigError(w, "must be an object")
-        _unknown_keys(cobj, ("name", "from", "to", "gmi", "params", "comment"), w)
+        _unknown_keys(cobj, ("name", "from", "to", "gmi", "params", "port", "comment"), w)
         src = refs(_need(cobj, "from", w), f"{w}.from", "input")
         dst = refs(_need(cobj, "to", w), f"{w}.to", "output")
         gmi = cobj.get("gmi")
@@ -296,8 +316,33 @@ def parse_layers(obj, where="layers"):
             raise ConfigError(f"{w}.params", "must be an object", value=params)
         if params and gmi is None:
             raise ConfigError(f"{w}.params", "parameters belong to GMI connections")
-        connections.append(Connection(i, name, src, dst, gmi, dict(params)))
+        port = _port(cobj.get("port"), dst, f"{w}.port")
+        connections.append(Connection(i, name, src, dst, gmi, dict(params), port))
     return LayerDescription(obj.get("name", ""), tuple(layers), tuple(connections))
+
+
+def _port(value, dst, where):
+    """The ``port`` of a connection: None, an input name, or {receiver: input name}."""
+    if value is None:
+        return None
+    if dst == ("output",):
+        raise ConfigError(where, "`output` has no chain inputs", value=value)
+    names = value.values() if isinstance(value, dict) else [value]
+    for name in names:
+        if not isinstance(name, str) or not _PORT.match(name):
+            raise ConfigError(where, "must name a chain input (i_<module>_<port>, e.g. "
+                              "\"i_1_id\"), or map receivers to them", value=value)
+    if isinstance(value, dict):
+        layers = {d.split("[")[0] for d in dst}
+        for key in value:
+            if key not in dst and key not in layers:
+                raise ConfigError(where, f"{key} is not a receiver of this connection ("
+                                  + ", ".join(dst) + ")", value=value)
+        return dict(value)
+    return value
+
+
+_PORT = re.compile(r"^i_\d+_[A-Za-z_]\w*$")
 
 
 # -- cluster description --------------------------------------------------------------------
@@ -308,10 +353,17 @@ def parse(obj, base_dir=None, path=None):
     from ..boards import board_names
     if not isinstance(obj, dict):
         raise ConfigError("description", "must be a JSON object")
-    _unknown_keys(obj, ("name", "data_bits", "layers", "clusters", "comment"), "")
+    _unknown_keys(obj, ("name", "data_bits", "sequence_length", "kernels", "layers",
+                        "clusters", "comment"), "")
+    kmode = obj.get("kernels", "inside")
+    if kmode not in ("inside", "external"):
+        raise ConfigError("kernels", "must be \"inside\" or \"external\"", value=kmode)
     data_bits = obj.get("data_bits", 64)
     if type(data_bits) is not int or data_bits not in (64, 512):
         raise ConfigError("data_bits", "must be one of 64, 512", value=data_bits)
+    seq = obj.get("sequence_length", 0)
+    if "sequence_length" in obj and (type(seq) is not int or not 1 <= seq <= 4096):
+        raise ConfigError("sequence_length", "must be an integer in 1..4096", value=seq)
     base = Path(base_dir) if base_dir else Path(".")
     cache = {}
 
@@ -407,7 +459,7 @@ def parse(obj, base_dir=None, path=None):
                                 reserved, output))
     if not clusters:
         raise ConfigError("clusters", "needs at least one cluster")
-    return Description(obj.get("name", ""), data_bits, tuple(clusters), path)
+    return Description(obj.get("name", ""), data_bits, tuple(clusters), path, seq, kmode)
 
 
 def load(path):

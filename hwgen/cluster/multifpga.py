@@ -1,6 +1,7 @@
 """Multi-FPGA simulation of a built cluster description (issue 7 item 6).
 
-:func:`prepare` builds the description (:func:`hwgen.cluster.builder.build`) and verilates every
+:func:`prepare` builds the description (:func:`hwgen.cluster.builder.build` with
+``kernels="external"``: the compute kernels are packet ports of the tops) and verilates every
 FPGA top (builds cached under ``cache_dir()/cluster-sim/<sha256 of the Verilog>``).
 :func:`traffic` makes the packets each compute kernel of each FPGA sends (the testbench plays
 the compute kernels, the tops' only external kernels: the gateway kernel 0 with its virtual GMI
@@ -79,7 +80,7 @@ def prepare(description, out_dir, log=None):
     from ..flow.verilator import verilate
     from .builder import build
     desc = description if isinstance(description, D.Description) else D.load(description)
-    result = build(desc, Path(out_dir) / "build", picture=False, log=log)
+    result = build(desc, Path(out_dir) / "build", picture=False, log=log, kernels="external")
     plans = result["plans"]
     by_id = {p.cluster.id: p for p in plans}
     runs = []

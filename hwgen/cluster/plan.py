@@ -18,10 +18,27 @@ missing Kern_33.
 
 Per cluster: :func:`plan_cluster` (ids, roles, placement, edges), :func:`routing_tables` and
 :func:`router_cfg_beats` (the routers' tables and the stream that loads them), and per FPGA
-:func:`fpga_plan` (router, GMI and gateway configurations, the top's external kernel ports and
-which of them get a header attacher). The configuration classes
-(:class:`~hwgen.cluster.router.RouterConfig`, :class:`~hwgen.cluster.gmi.GMIConfig`,
-:class:`~hwgen.cluster.gateway.GatewayConfig`) live beside their gateware and are imported only
+:func:`fpga_plan` (router, GMI and gateway configurations, the compute kernels inside the top
+with their packet adapters (:func:`kernel_plan`, :class:`ComputePlan`) or, with
+``kernels="external"``, the top's external kernel ports, and which kernels get a header
+attacher).
+
+Compute kernels inside a top (:func:`kernel_plan`): the kernel's chain
+(:func:`hwgen.cluster.compute.chain_plan`) between a
+:class:`~hwgen.cluster.adapter.PacketsToRows` (one row stream per source id: the TID each sender
+puts on its packets, i.e. a GMI kernel's own id, a virtual GMI kernel's virtual id, a compute
+kernel's id, or for point-to-point ``input`` the id of the kernel of the cluster whose
+``output`` names this one) and a :class:`~hwgen.cluster.adapter.RowToPackets` to its single
+destination (a GMI or compute kernel id; for ``output`` the kernel id named by the cluster's
+``output``, through a header attacher). Which chain input each connection feeds is the
+connection's ``port`` (or the one input left unfed); element widths in packets are the GMI's
+``elem_bits`` around a GMI kernel, else the smallest of 8/16/32 bits holding the sender's
+elements; the sequence length M (the description's ``sequence_length``) fixes the adapters' row
+counts.
+
+The configuration classes (:class:`~hwgen.cluster.router.RouterConfig`,
+:class:`~hwgen.cluster.gmi.GMIConfig`, :class:`~hwgen.cluster.gateway.GatewayConfig`, the
+adapters' configurations and chain plans) live beside their gateware and are imported only
 when a configuration is made.
 """
 
@@ -34,7 +51,11 @@ from . import describe as D
 
 __all__ = ["Role", "Kernel", "ClusterPlan", "plan", "plan_cluster", "routing_tables",
            "router_cfg_beats", "gmi_config", "gateway_config", "FPGAPlan", "fpga_plan",
-           "top_name", "MAX_PACKET_BYTES"]
+           "top_name", "MAX_PACKET_BYTES", "ComputePlan", "kernel_plan", "sequence_length",
+           "KERNEL_MODES"]
+
+#: Where an FPGA's compute kernels are: in its top behind adapters, or outside it (packet ports).
+KERNEL_MODES = ("inside", "external")
 
 #: Longest packet the router buffers (bytes): a row of 768 int32 results is 3072 bytes.
 MAX_PACKET_BYTES = 4096
@@ -318,14 +339,28 @@ class FPGAPlan:
     gmi_kinds: dict           # communication kernel id -> GMI kind, inside the top
     gmi_configs: dict         # communication kernel id -> GMIConfig
     gateway: object           # GatewayConfig when the gateway (kernel 0) is here, else None
+    computes: dict = field(default_factory=dict)   # id -> ComputePlan (kernels inside)
 
 
-def fpga_plan(plan, fpga, data_bits, n_clusters):
+def fpga_plan(plan, fpga, data_bits, n_clusters, *, kernels="inside", plans=None, seq_len=0):
     """The :class:`FPGAPlan` of ``fpga`` (a :class:`~hwgen.cluster.describe.FPGA` of
-    ``plan``'s cluster) in a description of ``n_clusters`` cluster ids."""
+    ``plan``'s cluster) in a description of ``n_clusters`` cluster ids. ``kernels``: "inside"
+    (each compute kernel a :class:`ComputePlan` in ``computes``; ``plans``, all clusters'
+    plans, name the senders of point-to-point ``input``; ``seq_len`` is M, 0: the default of
+    :func:`sequence_length`) or "external" (the kernels' ids in ``external``: packet ports)."""
     from .router import RouterConfig
+    if kernels not in KERNEL_MODES:
+        raise ConfigError("kernels", "must be one of " + ", ".join(KERNEL_MODES),
+                          value=kernels)
+    mode = kernels
     kernels = [plan.kernels[i] for i in sorted(plan.fpga_kernels[fpga.name])]
-    external = tuple(k.id for k in kernels if k.role is Role.COMPUTE)
+    compute = tuple(k.id for k in kernels if k.role is Role.COMPUTE)
+    external = compute if mode == "external" else ()
+    computes = {}
+    if mode == "inside":
+        m = seq_len or sequence_length(plan.cluster.layers)
+        computes = {i: kernel_plan(plan.kernels[i], plan, plans or [plan], data_bits, m)
+                    for i in compute}
     output = plan.cluster.output
     gateway = gateway_config(plan, data_bits) if 0 in plan.fpga_kernels[fpga.name] \
         else None
@@ -334,9 +369,233 @@ def fpga_plan(plan, fpga, data_bits, n_clusters):
                           node_address=int(ipaddress.IPv4Address(fpga.ip)))
     gmis = [k for k in kernels if k.role is Role.COMMUNICATION]
     configs = {k.id: gmi_config(k, plan, data_bits) for k in gmis}
-    headers = tuple(i for i in external if output and "output" in plan.kernels[i].dests)
+    headers = tuple(i for i in compute if output and "output" in plan.kernels[i].dests)
     return FPGAPlan(cluster_id=plan.cluster.id, fpga=fpga, name=top_name(plan, fpga),
                     data_bits=data_bits, router=router, external=external, headers=headers,
                     dest_cluster=output["cluster"] if output else None,
                     gmi_kinds={k.id: k.kind for k in gmis}, gmi_configs=configs,
-                    gateway=gateway)
+                    gateway=gateway, computes=computes)
+
+
+# -- compute kernels inside the tops -----------------------------------------------------------
+
+def sequence_length(layers):
+    """Default M of a layer description: the smallest ``max_len`` among its modules (the
+    kernels' own bound), or 1 when none has one."""
+    lens = [m.params.get("max_len", 128) for l in layers.layers for m in l.modules
+            if m.kind in ("ibert-attn-dot", "ibert-softmax", "ibert-softmax-matmul")]
+    return min(lens, default=1)
+
+
+@dataclass(frozen=True)
+class ComputePlan:
+    """One compute kernel inside its FPGA's top (:class:`hwgen.cluster.top.FPGATop`)."""
+    id: int
+    name: str
+    chain: object             # compute.ChainPlan (KernelChain is built from it)
+    sources: tuple            # ((tid, chain input name, connection index), ...): o_0, o_1 ...
+    p2r: object               # PacketsToRowsConfig: one source per chain input
+    widen: tuple              # chain input names whose elements are extended after the p2r
+    r2p: object               # RowToPacketsConfig: dest, src = id
+    header: bool              # the output leaves the cluster (header attacher after the r2p)
+    seq_len: int
+
+    def to_dict(self):
+        return {"id": self.id, "name": self.name, "kinds": list(self.chain.kinds),
+                "sequence_length": self.seq_len,
+                "inputs": [{"tid": t, "port": p, "connection": c} for t, p, c in self.sources],
+                "pkt2row": self.p2r.to_dict(), "row2pkt": self.r2p.to_dict(),
+                "header": self.header, "widen": list(self.widen)}
+
+
+def _elem_bits(bits, where):
+    for b in (8, 16, 32):
+        if bits <= b:
+            return b
+    raise ConfigError(where, f"elements of {bits} bits do not fit a packet element (at most "
+                      "32 bits): end the chain with a requantisation (ibert-requant)",
+                      value=bits)
+
+
+def _feeds(k, plan, plans):
+    """``[(tid, connection, sender), ...]``: what arrives at compute kernel ``k`` (``sender``:
+    ``(plan, Kernel)`` of the compute kernel whose elements arrive, None through a GMI)."""
+    where = f"clusters[{plan.index}].layers.connections"
+    out = []
+    for c in plan.cluster.layers.connections:
+        if k.name not in c.dst:
+            continue
+        if c.gmi:
+            out.append((plan.by_name[c.name].id, c, None))
+        elif c.src == ("input",):
+            senders = [(q, s) for q in plans if q.cluster.output
+                       and q.cluster.output["cluster"] == plan.cluster.id
+                       and q.cluster.output["kernel"] == k.id
+                       for s in q.kernels.values() if "output" in s.dests]
+            if len(senders) != 1:
+                raise ConfigError(f"{where}[{c.index}].from", f"`input` to {k.name} point to "
+                                  "point: its packets' source id is the sending kernel of the "
+                                  f"cluster whose `output` names kernel {k.id}; the "
+                                  f"description has {len(senders)} such kernels")
+            q, s = senders[0]
+            out.append((s.id, c, (q, s)))
+        else:
+            s = plan.by_name[c.src[c.dst.index(k.name)] if len(c.src) == len(c.dst)
+                             else c.src[0]]
+            out.append((s.id, c, (plan, s)))
+    return out
+
+
+def _assign_ports(k, chain, feeds, where):
+    """``{input name: (tid, connection, sender)}`` from the connections' ``port`` keys and the
+    one-unfed-input default."""
+    names = [p.name for p in chain.inputs]
+    fed = {}
+    for pass_explicit in (True, False):
+        for tid, c, sender in feeds:
+            port = c.port_of(k.name)
+            if (port is not None) != pass_explicit:
+                continue
+            w = f"{where}[{c.index}].port"
+            if port is None:
+                free = [n for n in names if n not in fed]
+                if len(free) != 1:
+                    raise ConfigError(w, f"{k.name} has inputs " + ", ".join(free or ["none"])
+                                      + " left: name the one this connection feeds with "
+                                      "`port`")
+                port = free[0]
+            elif port not in names:
+                raise ConfigError(w, f"{k.name} has no input {port}; its chain inputs: "
+                                  + ", ".join(names), value=port)
+            if port in fed:
+                raise ConfigError(w, f"input {port} of {k.name} is already fed by "
+                                  f"connections[{fed[port][1].index}]", value=port)
+            if any(t == tid for t, _, _ in fed.values()):
+                raise ConfigError(w, f"{k.name} receives two streams from kernel {tid}: "
+                                  "packets are told apart by source id only", value=port)
+            fed[port] = (tid, c, sender)
+    missing = [n for n in names if n not in fed]
+    if missing:
+        raise ConfigError(where, f"compute kernel {k.name}: no connection feeds input(s) "
+                          + ", ".join(missing))
+    return fed
+
+
+def _layer_path(k, plan):
+    layer = next(j for j, l in enumerate(plan.cluster.layers.layers)
+                 if k.name in l.instances())
+    return f"clusters[{plan.index}].layers.layers[{layer}]"
+
+
+def _chain(k, plan):
+    """The :class:`~hwgen.cluster.compute.ChainPlan` of compute kernel ``k``; a ConfigError
+    names its layer's module."""
+    from .compute import chain_plan
+    try:
+        return chain_plan(k.modules)
+    except ConfigError as e:
+        raise e.relocated(_layer_path(k, plan)) from None
+
+
+def _out_elem_bits(k, plan, chain):
+    """Packet element bits of compute kernel ``k``'s output (its destination GMI kernel's
+    ``elem_bits``, else the smallest that holds the chain's output elements)."""
+    bits = _elem_bits(chain.output.elem_bits, f"{_layer_path(k, plan)}.modules")
+    dest = k.dests[0] if len(k.dests) == 1 else None
+    g = plan.kernels.get(dest) if dest != "output" else None
+    if g is not None and g.role is Role.COMMUNICATION:
+        eb = g.gmi.params.get("elem_bits", 8)
+        if eb < chain.output.elem_bits:
+            raise ConfigError(f"{_connection(plan, g)}.params.elem_bits", f"{k.name} sends "
+                              f"{chain.output.elem_bits}-bit elements", value=eb)
+        return eb
+    return bits
+
+
+def _row_elems(port, m):
+    if port.framing == "beat":
+        return m * port.row
+    return port.row or m
+
+
+def _format(port, m, elem_bits, **over):
+    from .adapter import RowFormat
+    return RowFormat(field=port.field, lanes=port.lanes, elem_bits=elem_bits,
+                     field_bits=min(port.elem_bits, elem_bits), signed=port.signed,
+                     row_elems=_row_elems(port, m), count=port.count,
+                     rows=m if port.last_row else 0, array=port.array, **over)
+
+
+def _source_spec(tid, fmt):
+    keys = ("field", "lanes", "elem_bits", "field_bits", "signed", "row_elems", "count",
+            "rows", "array")
+    def text(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    return f"{tid}:" + ":".join(f"{key}={text(getattr(fmt, key))}" for key in keys)
+
+
+def kernel_plan(k, plan, plans, data_bits, seq_len):
+    """The :class:`ComputePlan` of compute kernel ``k`` of ``plan`` (see the module docstring);
+    a :class:`ConfigError` names the connection (``.port``, ``.params.elem_bits``), the layer's
+    ``modules`` or ``sequence_length``."""
+    from .adapter import PacketsToRowsConfig, RowToPacketsConfig
+    from .compute import _holds
+    where = f"clusters[{plan.index}].layers.connections"
+    lw = f"{_layer_path(k, plan)}.modules"
+    chain = _chain(k, plan)
+    for cfg in chain.configs:
+        if getattr(cfg, "max_len", seq_len) < seq_len:
+            raise ConfigError("sequence_length", f"{k.name} takes at most {cfg.max_len} "
+                              "tokens", value=seq_len)
+    for p in chain.inputs:
+        if p.extra:
+            raise ConfigError(lw, f"{k.name}: input {p.name} carries several fields in one "
+                              "beat (a residual requantisation first in a chain); put a "
+                              "module before it")
+    fed = _assign_ports(k, chain, _feeds(k, plan, plans), where)
+    sources, widen = [], []
+    for p in chain.inputs:
+        tid, c, sender = fed[p.name]
+        w = f"{where}[{c.index}]"
+        if sender is None:                       # through a GMI kernel: its element width
+            eb = plan.by_name[c.name].gmi.params.get("elem_bits", 8)
+        else:
+            q, s = sender
+            s_chain = _chain(s, q)
+            eb = _out_elem_bits(s, q, s_chain)
+            if not _holds(s_chain.output.shape, p.shape):
+                raise ConfigError(f"{w}.port", f"{p.name} of {k.name} cannot hold the "
+                                  f"{s_chain.output.elem_bits}-bit elements {s.name} sends",
+                                  value=p.name)
+        if p.elem_bits > eb:
+            widen.append(p.name)
+        sources.append((tid, p.name, c.index, _format(p, seq_len, eb)))
+    if len(k.dests) != 1:
+        raise ConfigError(lw, f"compute kernel {k.name} sends to "
+                          f"{len(k.dests) or 'no'} destinations; its one output stream needs "
+                          "a broadcast GMI kernel for several")
+    dest, header = k.dests[0], k.dests[0] == "output"
+    if header:
+        dest = plan.cluster.output["kernel"]
+    out_fmt = _format(chain.output, seq_len, _out_elem_bits(k, plan, chain))
+    g = plan.kernels.get(dest) if not header else None
+    if g is not None and g.role is Role.COMMUNICATION:
+        cfg = gmi_config(g, plan, data_bits)
+        msg = (cfg.members if g.kind == "scatter" else 1) * cfg.length * cfg.elem_bits // 8
+        if chain.output.framing != "beat" and msg != out_fmt.row_bytes:
+            raise ConfigError(f"{_connection(plan, g)}.params.length", f"{k.name} sends rows "
+                              f"of {out_fmt.row_bytes} bytes, the {g.kind} takes messages of "
+                              f"{msg}", value=cfg.length)
+    fmts = [f for *_, f in sources]
+    p2r = PacketsToRowsConfig.from_dict({
+        "data_bits": data_bits, "sources": ",".join(_source_spec(t, f) for t, _, _, f in
+                                                    sources),
+        **{key: getattr(fmts[0], key) for key in ("field", "lanes", "elem_bits", "row_elems")}})
+    r2p = RowToPacketsConfig.from_dict({
+        "data_bits": data_bits, "dest": dest, "src": k.id,
+        "max_packet_bytes": MAX_PACKET_BYTES - 1,
+        **{key: getattr(out_fmt, key) for key in ("field", "lanes", "elem_bits", "field_bits",
+                                                  "signed", "row_elems", "count", "rows",
+                                                  "array")}})
+    return ComputePlan(k.id, k.name, chain, tuple((t, n, c) for t, n, c, _ in sources), p2r,
+                       tuple(widen), r2p, header, seq_len)

@@ -1,20 +1,30 @@
-"""Per-FPGA top level of a built cluster: the FPGA's GMI kernels, header attachers, kernel
-switches and router, on the FPGA holding kernel 0 the gateway kernel
-(:class:`~hwgen.cluster.gateway.Gateway`, configured from the builder's plan by
-:func:`~hwgen.cluster.plan.gateway_config`), with the compute kernels connected outside through
-packet stream ports. Gateware only: :class:`FPGATop` is built from one FPGA's
-:class:`~hwgen.cluster.plan.FPGAPlan` (every configuration already made there);
-:func:`hwgen.cluster.builder.write_tops` emits it.
+"""Per-FPGA top level of a built cluster: the FPGA's compute kernels behind their packet
+adapters, GMI kernels, header attachers, kernel switches and router, on the FPGA holding kernel 0
+the gateway kernel (:class:`~hwgen.cluster.gateway.Gateway`, configured from the builder's plan
+by :func:`~hwgen.cluster.plan.gateway_config`). With ``kernels="external"`` in the plan the
+compute kernels are connected outside through packet stream ports instead. Gateware only:
+:class:`FPGATop` is built from one FPGA's :class:`~hwgen.cluster.plan.FPGAPlan` (every
+configuration already made there); :func:`hwgen.cluster.builder.write_tops` emits it.
 
 Ports (emitted names; every packet stream is ``packet_layout(data_bits)`` with TKEEP, TDEST,
 TID, TUSER, TLAST):
 
-* ``m_axis_k<id>`` / ``s_axis_k<id>``: to / from each compute kernel ``id`` of this FPGA
-  (built by ``hwgen build <kind>``). Kernel 0 has no ports: the gateway only receives
-  inter-cluster packets and sends what it decodes (it is not a compute kernel). A compute
-  kernel that sends to another cluster (``output`` in the layer description) goes through a
-  :class:`~hwgen.cluster.header.HeaderAttacher` here: it sets TDEST to the kernel id inside
-  the destination cluster, the attacher makes the one-byte header.
+* Compute kernels inside (:attr:`FPGAPlan.computes`): kernel ``id`` is
+  :class:`~hwgen.cluster.compute.KernelChain` ``kernel_k<id>`` fed by a
+  :class:`~hwgen.cluster.adapter.PacketsToRows` ``pkt2row_k<id>`` (one row stream per source
+  id into the chain input the plan assigns, through an element-extending
+  :class:`~hwgen.cluster.compute.Regroup` ``widen_k<id>_<input>`` where the packets carry
+  narrower elements than the input takes) and sending through a
+  :class:`~hwgen.cluster.adapter.RowToPackets` ``row2pkt_k<id>`` (TID = ``id``, TDEST = its
+  destination); ``status_k<id>_dropped`` counts the packets of unknown source ids its
+  ``pkt2row`` dropped.
+* Compute kernels outside (``kernels="external"``): ``m_axis_k<id>`` / ``s_axis_k<id>``: to /
+  from each compute kernel ``id`` of this FPGA (built by ``hwgen build <kind>``).
+* Kernel 0 has no ports: the gateway only receives inter-cluster packets and sends what it
+  decodes (it is not a compute kernel). A compute kernel that sends to another cluster
+  (``output`` in the layer description) goes through a
+  :class:`~hwgen.cluster.header.HeaderAttacher` ``header_k<id>`` here: TDEST is the kernel id
+  inside the destination cluster, the attacher makes the one-byte header.
 * ``s_axis_net`` (packets from the network, already out of the UDP core) and ``m_axis_net``
   (packets to the network) with ``m_axis_addr``, one beat per ``m_axis_net`` packet carrying the
   destination node's IPv4 address (:class:`~hwgen.cluster.router.Router`'s ``o_addr``).
@@ -28,11 +38,11 @@ header stripped and what its virtual GMI kernels send) -> output switch (round-r
 packet-atomic) -> router (routing tables: local or network, so a gateway output for a kernel
 on another FPGA of the cluster leaves through ``m_axis_net``); router's local output +
 ``s_axis_net`` -> merge -> inter-cluster packets (TUSER bit 16) to the gateway (dropped on
-FPGAs without it), the others -> input switch by TDEST -> the local kernels (GMI kernels
-inside, compute kernels through ``m_axis_k<id>``). Packets for ids not on this FPGA (kernel 0
-and the virtual ids included: virtual kernels are fed only by inter-cluster packets) are
-dropped by the input switch; the router drops and counts unknown ids, the gateway malformed
-and unknown inter-cluster packets.
+FPGAs without it), the others -> input switch by TDEST -> the local kernels (GMI kernels,
+compute kernels through their ``pkt2row`` or ``m_axis_k<id>``). Packets for ids not on this
+FPGA (kernel 0 and the virtual ids included: virtual kernels are fed only by inter-cluster
+packets) are dropped by the input switch; the router drops and counts unknown ids, the
+gateway malformed and unknown inter-cluster packets.
 
 Latency: the switches are combinational (0 cycles); the router and the gateway's decoder are
 store-and-forward (a packet leaves after its last beat has arrived, see
@@ -91,6 +101,8 @@ class FPGATop(wiring.Component):
         for i in self.external:
             sig[f"o_k{i}"] = Out(stream.Signature(layout))
             sig[f"i_k{i}"] = In(stream.Signature(layout))
+        self.computes = dict(fp.computes)
+        sig.update({f"status_k{i}_dropped": Out(COUNTER_BITS) for i in self.computes})
         sig["status_delivered"] = Out(COUNTER_BITS)
         sig.update({status_name(k): Out(COUNTER_BITS) for k in DROP_KINDS})
         self._status = ["status_delivered"] + [status_name(k) for k in DROP_KINDS]
@@ -120,6 +132,8 @@ class FPGATop(wiring.Component):
                 connect(m, wiring.flipped(src), att.i_pkt)
                 src = att.o_pkt
             ends.append((i, getattr(self, f"o_k{i}"), src))
+        for i, cp in self.computes.items():
+            ends.append((i, *self._compute(m, cp)))
         for i, kind in fp.gmi_kinds.items():
             g = gmi_component(kind, self.gmi_configs[i])
             m.submodules[f"gmi_k{i}"] = g
@@ -177,3 +191,40 @@ class FPGATop(wiring.Component):
         else:                       # inter-cluster packets only arrive at the gateway's FPGA
             m.d.comb += split.o_inter.ready.eq(1)
         return m
+
+    def _compute(self, m, cp):
+        """Compute kernel ``cp`` (a :class:`~hwgen.cluster.plan.ComputePlan`) behind its
+        adapters; returns its packet ``(sink, source)``."""
+        from dataclasses import replace
+        from amaranth.hdl import signed, unsigned
+        from .adapter import PacketsToRows, RowToPackets
+        from .compute import KernelChain, Regroup
+        from .header import HeaderAttacher
+        i, fp = cp.id, self.fpga_plan
+        chain = KernelChain(cp.chain)
+        p2r, r2p = PacketsToRows(cp.p2r), RowToPackets(cp.r2p)
+        m.submodules[f"kernel_k{i}"] = chain
+        m.submodules[f"pkt2row_k{i}"] = p2r
+        m.submodules[f"row2pkt_k{i}"] = r2p
+        ports = {p.name: p for p in chain.inputs}
+        for j, ((_, name, _), (_, fmt)) in enumerate(zip(cp.sources,
+                                                          cp.p2r.source_formats)):
+            src = getattr(p2r, f"o_{j}")
+            if name in cp.widen:
+                port = ports[name]
+                shape = (signed if fmt.signed else unsigned)(fmt.bits)
+                rg = Regroup(replace(port, shape=shape), port)
+                m.submodules[f"widen_k{i}_{name}"] = rg
+                connect(m, src, rg.i)
+                src = rg.o
+            connect(m, src, getattr(chain, name))
+        connect(m, chain.o_y, r2p.i_row)
+        m.d.comb += getattr(self, f"status_k{i}_dropped").eq(p2r.status_dropped)
+        out = r2p.o_pkt
+        if cp.header:
+            att = HeaderAttacher(self.data_bits, dest_cluster=fp.dest_cluster,
+                                 cluster_id=fp.cluster_id)
+            m.submodules[f"header_k{i}"] = att
+            connect(m, out, att.i_pkt)
+            out = att.o_pkt
+        return p2r.i_pkt, out
