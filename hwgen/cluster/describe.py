@@ -26,6 +26,11 @@ chain's ``i_<module>_<port>`` names, :mod:`hwgen.cluster.compute`: ``"i_0_k"`` f
 attention, ``"i_1_id"`` for the residual of a requantisation with identity): a string for
 every receiver, or ``{"<layer or instance>": "<input>"}`` per receiver. Without it a receiver
 with exactly one input left unfed takes it (:func:`hwgen.cluster.plan.kernel_plan`).
+File parameters of the modules (:data:`FILE_PARAMS`: ``ibert-linear``'s ``weights``,
+``ibert-layernorm``'s ``params``, ``ibert-requant``'s ``scale_in_file``, ``ibert-gelu``'s
+``scale_file``) are paths relative to the layer description's file (an inline description:
+to the cluster description's); a missing file is a :class:`~hwgen.errors.ConfigError` naming
+the parameter (``layers[0].modules[0].params.weights``).
 
 **Cluster description** (where everything goes)::
 
@@ -39,7 +44,9 @@ with exactly one input left unfed takes it (:func:`hwgen.cluster.plan.kernel_pla
 cluster. ``kernels`` lists instance references, layer names, GMI connection names and
 ``gateway`` (exactly once per cluster); a GMI kernel not listed is placed with its sender
 (broadcast, scatter) or its receiver (gather, reduce). ``reserved_ids`` are kernel ids the
-builder leaves unassigned (their routing entries stay invalid). ``sequence_length`` (M, default:
+builder leaves unassigned (their routing entries stay invalid). ``output`` may carry ``ip``
+when its cluster is not in the description (a host, or FPGAs simulated elsewhere): the routers'
+cluster table then sends that cluster's packets to this address. ``sequence_length`` (M, default:
 the smallest ``max_len`` of the layers' modules, or 1) is a build-time limit of the compute
 kernels placed inside the tops: their packet adapters count the rows of a matrix (Linear's
 ``last_row`` every M rows, attention Q/K/V matrices of M x head_dim elements), so a built
@@ -62,7 +69,7 @@ from ..errors import ConfigError
 
 __all__ = ["Module", "Layer", "Connection", "LayerDescription", "FPGA", "Cluster",
            "Description", "load", "parse", "parse_layers", "GMI_KINDS", "FAN_OUT", "FAN_IN",
-           "MAX_KERNELS", "MAX_CLUSTERS", "DESCRIPTIONS_DIR"]
+           "MAX_KERNELS", "MAX_CLUSTERS", "DESCRIPTIONS_DIR", "FILE_PARAMS"]
 
 GMI_KINDS = ("broadcast", "scatter", "gather", "reduce")
 FAN_OUT = ("broadcast", "scatter")
@@ -211,8 +218,36 @@ def _check_module(kind, params, where):
         raise e.relocated(f"{where}.params") from None
 
 
-def parse_layers(obj, where="layers"):
-    """A :class:`LayerDescription` from the layer description's JSON object."""
+#: Module parameters that name a file (``.npz`` constants of a real model), per kernel kind.
+FILE_PARAMS = {"ibert-linear": ("weights",), "ibert-layernorm": ("params",),
+               "ibert-requant": ("scale_in_file",), "ibert-gelu": ("scale_file",)}
+
+
+def _resolve_files(kind, params, base_dir, where):
+    """``params`` with its file parameters (:data:`FILE_PARAMS`) resolved: a relative path is
+    relative to ``base_dir`` (the layer description's folder; the working directory when
+    None); a file that does not exist raises :class:`ConfigError` naming the parameter."""
+    out = dict(params)
+    for name in FILE_PARAMS.get(kind, ()):
+        value = out.get(name)
+        if not value or not isinstance(value, str):
+            continue
+        path = Path(value).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            raise ConfigError(f"{where}.params.{name}", "no such file"
+                              + (f" (relative paths are relative to {base_dir})"
+                                 if base_dir is not None else ""), value=value)
+        out[name] = str(path.resolve())
+    return out
+
+
+def parse_layers(obj, where="layers", base_dir=None):
+    """A :class:`LayerDescription` from the layer description's JSON object; file parameters
+    of the modules (:data:`FILE_PARAMS`, e.g. ``ibert-linear``'s ``weights``) that are relative
+    paths are relative to ``base_dir`` (the folder of the layer description's file) and are
+    replaced by absolute paths."""
     if not isinstance(obj, dict):
         raise ConfigError(where, "must be a JSON object")
     _unknown_keys(obj, ("name", "layers", "connections", "comment"), where)
@@ -240,6 +275,8 @@ def parse_layers(obj, where="layers"):
             _unknown_keys(m, ("kind", "params"), mw)
             kind = _need(m, "kind", mw, str)
             params = m.get("params", {})
+            if isinstance(params, dict):
+                params = _resolve_files(kind, params, base_dir, mw)
             _check_module(kind, params, mw)
             modules.append(Module(kind, dict(params)))
         label = lobj.get("label", "+".join(m.kind for m in modules))
@@ -369,10 +406,11 @@ def parse(obj, base_dir=None, path=None):
 
     def layers_of(value, where):
         if isinstance(value, dict):
-            return parse_layers(value, where)
+            return parse_layers(value, where, base_dir=base)
         if isinstance(value, str):
             if value not in cache:
-                cache[value] = parse_layers(_load_json(base / value, where), "layers")
+                cache[value] = parse_layers(_load_json(base / value, where), "layers",
+                                            base_dir=(base / value).parent)
             return cache[value]
         raise ConfigError(where, "must be a file name or a layer description object",
                           value=value)
@@ -416,10 +454,13 @@ def parse(obj, base_dir=None, path=None):
         if output is not None:
             if not isinstance(output, dict):
                 raise ConfigError(f"{w}.output", "must be {\"cluster\": c, \"kernel\": k}")
+            _unknown_keys(output, ("cluster", "kernel", "ip"), f"{w}.output")
             for key, hi in (("cluster", MAX_CLUSTERS), ("kernel", MAX_KERNELS)):
                 v = _need(output, key, f"{w}.output", int)
                 if not 0 <= v < hi:
                     raise ConfigError(f"{w}.output.{key}", f"must be in 0..{hi - 1}", value=v)
+            if "ip" in output:
+                _check_ip(output["ip"], f"{w}.output.ip")
         elif any(c.dst == ("output",) for c in layers.connections):
             raise ConfigError(f"{w}.output", "missing: the layers send to `output`")
         fpgas, fnames = [], set()
@@ -436,11 +477,7 @@ def parse(obj, base_dir=None, path=None):
             if board not in board_names():
                 raise ConfigError(f"{fw}.board", "unknown board; one of "
                                   + ", ".join(board_names()), value=board)
-            ip = _need(fobj, "ip", fw, str)
-            try:
-                ipaddress.IPv4Address(ip)
-            except ValueError:
-                raise ConfigError(f"{fw}.ip", "must be an IPv4 address", value=ip) from None
+            ip = _check_ip(_need(fobj, "ip", fw, str), f"{fw}.ip")
             if ip in ips:
                 raise ConfigError(f"{fw}.ip", f"already used by {ips[ip]}", value=ip)
             ips[ip] = fw
@@ -459,7 +496,24 @@ def parse(obj, base_dir=None, path=None):
                                 reserved, output))
     if not clusters:
         raise ConfigError("clusters", "needs at least one cluster")
+    ids = {c.id for c in clusters}
+    for i, c in enumerate(clusters):
+        out = c.output or {}
+        if "ip" in out and out["cluster"] in ids:
+            raise ConfigError(f"clusters[{i}].output.ip", "only for a receiver outside the "
+                              f"description (cluster {out['cluster']} is in it)", value=out["ip"])
+        if out.get("ip") in ips:
+            raise ConfigError(f"clusters[{i}].output.ip", f"already used by {ips[out['ip']]}",
+                              value=out["ip"])
     return Description(obj.get("name", ""), data_bits, tuple(clusters), path, seq, kmode)
+
+
+def _check_ip(ip, where):
+    try:
+        ipaddress.IPv4Address(ip)
+    except (ValueError, TypeError):
+        raise ConfigError(where, "must be an IPv4 address", value=ip) from None
+    return ip
 
 
 def load(path):

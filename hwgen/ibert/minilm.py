@@ -46,7 +46,8 @@ from . import golden as g
 
 __all__ = ["CONFIG", "N_CALIBRATION", "sentences", "calibration_sentences",
            "held_out_sentences", "token_ids", "build", "run", "calibrate", "reference", "params",
-           "layer_constants", "export", "cosine_table"]
+           "layer_constants", "export", "cosine_table", "ENCODER_FILES", "encoder_arrays",
+           "write_encoder_files", "encoder_description"]
 
 #: MiniLM's configuration as an ``IBertConfig`` (dropout off: calibration runs in training mode).
 CONFIG = {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
@@ -468,3 +469,217 @@ def cosine_table(n_sentences=500, threads=1):
     return {"n": len(cos), "mean": float(cos.mean()), "min": float(cos.min()),
             "max": float(cos.max()), "std": float(cos.std()),
             "tokens_mean": float(np.mean(lengths)), "seconds": time.time() - t0}
+
+
+# -- the encoder layer as a cluster layer description ------------------------------------------
+
+#: Files of :func:`write_encoder_files` (``layer{L}_<name>.npz``) and the arrays each holds:
+#: ``w`` int8 (N, K) and ``b`` int32 (N,) for ``ibert-linear`` (``weights``), ``scale_in``
+#: float32 per-column input scales for ``ibert-requant`` (``scale_in_file``), ``scale``
+#: float32 per-column input scales for ``ibert-gelu`` (``scale_file``), ``bias_int`` int32 for
+#: ``ibert-layernorm`` (``params``).
+ENCODER_FILES = ("q", "k", "v", "attn_out", "ln1", "ffn_up", "ffn_neg", "ffn_down", "ln2")
+
+
+def encoder_arrays(p, layer=0):
+    """``{file name: {array: value}}`` of :data:`ENCODER_FILES` for layer ``layer`` of ``p``
+    (:func:`params`): exactly what the kernels of ``minilm_encoder.layers.json`` read."""
+    lp = p["layers"][layer]
+    a, s_x = lp["act"], lp["in_scale"]
+
+    def lin(name, s_in):
+        return {"w": lp[name]["w"].astype(np.int8), "b": lp[name]["b"].astype(np.int32),
+                "scale_in": (g.f32(lp[name]["w_scale"]) * g.f32(s_in)).astype(np.float32)}
+
+    def norm(name):
+        bias_int = lp["constants"][name]["bias_int"]
+        if np.abs(bias_int).max() >= 1 << 31:
+            raise ValueError(f"{name}'s bias_int needs more than 32 bits")
+        c = g.layernorm_constants(lp[name]["weight"], lp[name]["bias"], lp["query"]["w"].shape[1])
+        return {"bias_int": bias_int.astype(np.int32),
+                "scale_in": np.asarray(c["out_scale"], dtype=np.float32)}
+
+    out = {"q": lin("query", s_x), "k": lin("key", s_x), "v": lin("value", s_x),
+           "attn_out": lin("attn_output", a["context"]), "ln1": norm("ln1"),
+           "ffn_down": lin("ffn_down", a["ffn_mid"]), "ln2": norm("ln2")}
+    up = lin("ffn_up", a["ffn_in"])
+    s_gelu = np.asarray(g.gelu_constants(up["scale_in"])[3], dtype=np.float32)
+    if not (s_gelu < 0).all():
+        raise ValueError("i-GELU's output scales are expected negative")
+    # i-GELU's output scale is negative (its sigmoid scale carries the polynomial's -0.2888),
+    # ibert-requant takes positive scales only: ffn_up requantises with -s_gelu, which gives
+    # the negated integers (half-to-even rounding and batch_frexp's half-up mantissa are
+    # symmetric; clamp8(-u) = clamp8(-clamp8(u)) while u <= 127), and ffn_neg multiplies by
+    # -I (a 1536 x 1536 linear: a linear needs the matrices' rows, which only a kernel's
+    # input has) and requantises by 1 (clamp8) before pre_output_act.
+    out["ffn_up"] = {"w": up["w"], "b": up["b"], "scale": up["scale_in"],
+                     "scale_in": -s_gelu}
+    n = len(s_gelu)
+    out["ffn_neg"] = {"w": -np.eye(n, dtype=np.int8), "b": np.zeros(n, dtype=np.int32)}
+    return out
+
+
+def write_encoder_files(out_dir, layer=0, p=None):
+    """Write :func:`encoder_arrays` of layer ``layer`` as compressed ``.npz`` files
+    ``out_dir/layer{layer}_<name>.npz`` (the files shipped under
+    ``hwgen/cluster/descriptions/minilm/``) and return their paths."""
+    p = params() if p is None else p
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, arrays in encoder_arrays(p, layer).items():
+        path = out_dir / f"layer{layer}_{name}.npz"
+        np.savez_compressed(path, **arrays)
+        paths.append(path)
+    return paths
+
+
+def encoder_description(p=None, layer=0, files="minilm", max_len=64):
+    """The layer description (``minilm_encoder.layers.json``) of MiniLM layer ``layer``: the
+    paper's Fig. 14 structure (``ibert_encoder.layers.json``) at H 384, 12 heads of 32, FFN
+    1536, ``max_len`` tokens, every kernel with the calibrated constants: the files of
+    :func:`write_encoder_files` (under ``files``, relative to the description) and the scalar
+    scales as parameters, so that :func:`hwgen.cluster.layer_golden.run` of it equals
+    :func:`hwgen.ibert.encoder.encoder_layer` bit for bit.
+
+    Where :func:`encoder.encoder_layer` requantises twice in a row (LayerNorm's ``attn_out``
+    then ``ffn_in``; GELU's ``gelu_out`` then ``ffn_mid``) the chain has two
+    ``ibert-requant`` modules: the double rounding and clamping is not one requantisation.
+    i-GELU's output scale is negative, ``ibert-requant``'s scales positive: ``ffn_up``
+    requantises with ``-s_gelu`` (the negated integers ``G``, exactly) and the extra kernel
+    ``ffn_neg`` computes ``G @ (-I)``, requantises it by 1 (``clamp8(-G)``, equal to
+    ``gelu_out`` while i-GELU's real output stays above ``-127 * gelu_out`` scale, which
+    GELU's minimum of -0.17 guarantees) and then to ``ffn_mid``.
+    """
+    import tempfile
+
+    from .gelu import GeluConfig
+    from .layernorm import LayerNormConfig
+    p = params() if p is None else p
+    lp, heads = p["layers"][layer], p["heads"]
+    a, s_x = lp["act"], lp["in_scale"]
+    hidden, ffn = lp["query"]["w"].shape[1], lp["ffn_up"]["w"].shape[0]
+    d = hidden // heads
+    arrays = encoder_arrays(p, layer)
+
+    def f(name):
+        return f"{files}/layer{layer}_{name}.npz"
+
+    def fl(v):
+        return float(g.f32(v))
+
+    def linear(name, n_in, n_out):
+        return {"kind": "ibert-linear", "params": {
+            "in_features": n_in, "out_features": n_out, "tiles": 32 if n_out > hidden else 16,
+            "pes": 48, "weights": f(name)}}
+
+    def requant(row, scale_out, bits=8, in_bits=32, **more):
+        return {"kind": "ibert-requant", "params": {
+            "row": row, "lanes": 16, "in_bits": in_bits, "bits": bits,
+            "scale_out": fl(scale_out), **more}}
+
+    def linear_requant(name, label, n_in=hidden, n_out=hidden, **rq):
+        return {"name": name, "label": label, "modules": [
+            linear(name, n_in, n_out), requant(n_out, scale_in_file=f(name), **rq)]}
+
+    def norm(name, shift, scale_out):
+        cfg = LayerNormConfig(hidden=hidden, lanes=8, in_bits=22, shift=shift,
+                              params=tmp_file(name, bias_int=arrays[name]["bias_int"]))
+        return {"name": name, "label": "LayerNorm+Quant", "modules": [
+            {"kind": "ibert-layernorm", "params": {"hidden": hidden, "lanes": 8, "in_bits": 22,
+                                                   "shift": shift, "params": f(name)}},
+            {"kind": "ibert-requant", "params": {"row": hidden, "lanes": 8,
+                                                 "in_bits": cfg.out_bits, "bits": 8,
+                                                 "scale_out": fl(scale_out),
+                                                 "scale_in_file": f(name)}}]}
+
+    tmp = tempfile.TemporaryDirectory()
+
+    def tmp_file(name, **arrays):
+        path = Path(tmp.name) / f"{name}.npz"
+        np.savez(path, **arrays)
+        return str(path)
+
+    gelu_bits = GeluConfig(row=ffn, lanes=16, scale_file=tmp_file(
+        "gelu", scale=arrays["ffn_up"]["scale"])).out_bits
+    s_scores = encoder.attention_score_scale(a["query"], a["key"], d)
+    s_probs = g.softmax_constants(s_scores, a["softmax16"])["out_scale"]
+    ln1 = norm("ln1", lp["ln1"]["shift"], a["attn_out"])
+    ln1["label"] = "LayerNorm+Quant+Quant"
+    ln1["modules"].append({"kind": "ibert-requant", "params": {
+        "row": hidden, "lanes": 8, "in_bits": 8, "bits": 8, "scale_in": fl(a["attn_out"]),
+        "scale_out": fl(a["ffn_in"])}})
+    layers = [
+        linear_requant("q", "Linear+Quant (Q)", scale_out=a["query"]),
+        linear_requant("k", "Linear+Quant (K)", scale_out=a["key"]),
+        linear_requant("v", "Linear+Quant (V)", scale_out=a["value"]),
+        {"name": "attn_dot", "count": heads, "label": "Dot-Product+Softmax", "modules": [
+            {"kind": "ibert-attn-dot", "params": {"head_dim": d, "max_len": max_len,
+                                                  "pes": 16}},
+            {"kind": "ibert-softmax", "params": {"max_len": max_len, "scale": fl(s_scores),
+                                                 "act_scale": fl(a["softmax16"]),
+                                                 "output_bits": 8}}]},
+        {"name": "softmax_matmul", "count": heads, "label": "Softmax MatMul+Quant",
+         "modules": [
+             {"kind": "ibert-softmax-matmul", "params": {"head_dim": d, "max_len": max_len,
+                                                         "pes": 4}},
+             requant(d, a["context"], scale_in=fl(g.f32(s_probs) * g.f32(a["value"])))]},
+        linear_requant("attn_out", "Linear+Quant (output, residual)",
+                       scale_out=a["attn_residual"], bits=22, identity=True,
+                       identity_scale=fl(s_x), identity_bits=8),
+        ln1,
+        {"name": "ffn_up", "label": "Linear+GELU+Quant", "modules": [
+            linear("ffn_up", hidden, ffn),
+            {"kind": "ibert-gelu", "params": {"row": ffn, "lanes": 16,
+                                              "scale_file": f("ffn_up")}},
+            requant(ffn, a["gelu_out"], in_bits=gelu_bits, scale_in_file=f("ffn_up"))]},
+        linear_requant("ffn_down", "Linear+Quant (residual)", n_in=ffn,
+                       scale_out=a["ffn_residual"], bits=22, identity=True,
+                       identity_scale=fl(a["ffn_in"]), identity_bits=8),
+        norm("ln2", lp["ln2"]["shift"], a["out"]),
+        {"name": "ffn_neg", "label": "Linear(-I)+Quant+Quant", "modules": [
+            linear("ffn_neg", ffn, ffn),
+            requant(ffn, a["gelu_out"], scale_in=fl(a["gelu_out"])),
+            requant(ffn, a["ffn_mid"], in_bits=8, scale_in=fl(a["gelu_out"]))]},
+    ]
+    tmp.cleanup()
+    bcast = {"length": hidden}
+    connections = [
+        {"name": "scatter_q", "from": "q", "to": "attn_dot", "gmi": "scatter",
+         "params": {"length": d}, "port": "i_0_q"},
+        {"name": "scatter_k", "from": "k", "to": "attn_dot", "gmi": "scatter",
+         "params": {"length": d}, "port": "i_0_k"},
+        {"name": "scatter_v", "from": "v", "to": "softmax_matmul", "gmi": "scatter",
+         "params": {"length": d}, "port": "i_0_v"},
+        {"from": "attn_dot", "to": "softmax_matmul", "port": "i_0_p"},
+        {"name": "gather_heads", "from": "softmax_matmul", "to": "attn_out", "gmi": "gather",
+         "params": {"length": d}, "port": "i_0_x"},
+        {"from": "attn_out", "to": "ln1"},
+        {"name": "bcast_ln1", "from": "ln1", "to": ["ffn_up", "ffn_down"], "gmi": "broadcast",
+         "params": bcast, "port": {"ffn_up": "i_0_x", "ffn_down": "i_1_id"}},
+        {"from": "ffn_up", "to": "ffn_neg"},
+        {"from": "ffn_neg", "to": "ffn_down", "port": "i_0_x"},
+        {"from": "ffn_down", "to": "ln2"},
+        {"from": "ln2", "to": "output"},
+        {"name": "bcast_in", "from": "input", "to": ["q", "k", "v", "attn_out"],
+         "gmi": "broadcast", "params": dict(bcast),
+         "port": {"q": "i_0_x", "k": "i_0_x", "v": "i_0_x", "attn_out": "i_1_id"}},
+    ]
+    comment = (
+        f"Layer {layer} of all-MiniLM-L6-v2 quantised the I-BERT way (hwgen.ibert.minilm, "
+        f"calibrated), as one encoder of Fig. 10/14 of the multi-FPGA transformer paper: H "
+        f"{hidden}, {heads} heads of {d}, FFN {ffn}, M <= {max_len}. Generated by "
+        "hwgen.ibert.minilm.encoder_description (files: write_encoder_files); "
+        "hwgen.cluster.layer_golden.run of it equals hwgen.ibert.encoder.encoder_layer bit for "
+        "bit (tests/test_minilm_encoder.py). File parameters are relative to this file. As in "
+        "IBertLayer, LayerNorm 1's output is requantised twice (attn_out, then "
+        "pre_intermediate_act ffn_in: what the FFN and the second residual take). i-GELU's "
+        "output scale is negative and ibert-requant takes positive scales only: ffn_up "
+        "requantises GELU with the negated scales (exactly the negated integers) and ffn_neg "
+        "(not in the paper) negates them back (a linear of -I, 1536 x 1536) and requantises "
+        "by 1 then to pre_output_act (ffn_mid); it is last so that the broadcast's members "
+        "(ffn_up, ffn_down) keep contiguous ids. Compute kernel ids 1..33 (ffn_neg is 33), GMI "
+        "kernels 34..38, the gateway's virtual broadcast 39.")
+    return {"name": "minilm-encoder", "comment": comment, "layers": layers,
+            "connections": connections}
+
