@@ -572,9 +572,29 @@ def cluster_build(description, out_dir, no_tops, kernels, resources):
               help="Messages per kernel and destination.")
 @click.option("--stall", type=float, default=0.3, show_default=True,
               help="Random input gaps / output backpressure probability.")
+@click.option("--tokens", type=int, default=None,
+              help="Encoder mode: build with the compute kernels inside the tops for this many "
+                   "tokens (M), send M input rows from the host through the gateway and "
+                   "compare the output rows with the golden layers; measures X, T, I.")
+@click.option("--hop", "hop_cycles", type=int, default=None,
+              help="Encoder mode: network hop in cycles (lock-step simulators) "
+                   "[default: 220, 1.1 us at 200 MHz].")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the report as JSON.")
 @reports_errors
-def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall):
-    """Simulate every FPGA of a description at once (Verilator per FPGA, UDP network)."""
+def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall, tokens,
+                hop_cycles, json_path):
+    """Simulate every FPGA of a description at once (Verilator per FPGA, UDP network).
+
+    Without --tokens: every compute kernel is a port of its top played by the testbench
+    (random traffic over the plan's edges). With --tokens: the encoder itself runs inside
+    the tops, fed by a host at the cluster's output.ip (hwgen.cluster.encoder_sim)."""
+    if tokens is not None:
+        return _cluster_sim_encoder(description, out_dir, latency_ms, loss, seed, stall,
+                                    tokens, hop_cycles, json_path)
+    if hop_cycles is not None:
+        raise ConfigError("hop", "only with --tokens (the encoder's lock-step simulation)",
+                          value=hop_cycles)
     from .cluster.multifpga import check_options, run as run_sim
     check_options(latency_s=latency_ms / 1000, loss=loss, seed=seed, rounds=rounds,
                   stall=stall)
@@ -590,8 +610,40 @@ def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall):
                f"{r['dropped']} dropped; malformed {r['malformed']}; "
                f"build {r['build_s']:.1f} s, simulation {r['sim_s']:.1f} s")
     click.echo(f"mismatches == {r['mismatches']}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(r, indent=2) + "\n")
     if r["mismatches"] or r["timeouts"]:
         raise SimulationMismatch(f"{r['mismatches']} mismatches, timeouts: {r['timeouts']}")
+
+
+def _cluster_sim_encoder(description, out_dir, latency_ms, loss, seed, stall, tokens,
+                         hop_cycles, json_path):
+    from .cluster import encoder_sim
+    if latency_ms:
+        raise ConfigError("latency_ms", "the encoder simulation runs lock-step: give the "
+                          "network delay in cycles with --hop", value=latency_ms)
+    if loss:
+        raise ConfigError("loss", "the encoder has no retransmission: a lost datagram loses "
+                          "rows; the encoder simulation takes --loss 0 only", value=loss)
+    hop = encoder_sim.HOP_CYCLES if hop_cycles is None else hop_cycles
+    encoder_sim.check_options(tokens=tokens, seed=seed, stall=stall, hop=hop)
+    r = encoder_sim.run(description, Path(out_dir), tokens=tokens, seed=seed, stall=stall,
+                        hop=hop, log=_log, echo=click.echo)
+    click.echo(f"encoder {r['description']}: {r['fpgas']} FPGAs, M = {r['tokens']} tokens of "
+               f"H = {r['hidden']}; hop {r['hop_cycles']} cycles; stall {r['stall']}")
+    click.echo(f"rows: {r['rows_expected']} expected, {r['rows_received']} received; "
+               f"malformed {r['malformed']}; datagrams {r['forwarded']} forwarded")
+    if "T" in r:
+        click.echo(f"X (first output packet) {r['X']} cycles, T (last) {r['T']} cycles, "
+                   f"I (packet interval) {r['I']:.1f} cycles")
+    click.echo(f"build {r['build_s']:.1f} s, simulation {r['sim_s']:.1f} s "
+               f"({r['cycles_run']} cycles)")
+    click.echo(f"mismatches == {r['mismatches']}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(r, indent=2) + "\n")
+    if r["mismatches"] or r["timeouts"] or r["rows_received"] != r["rows_expected"]:
+        raise SimulationMismatch(f"{r['mismatches']} mismatches, {r['rows_received']} of "
+                                 f"{r['rows_expected']} rows, timeouts: {r['timeouts']}")
 
 
 @bench.command("recsys")

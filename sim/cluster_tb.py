@@ -15,8 +15,14 @@ Job entries beyond ``stream_tb``'s: ``address`` (this node), ``hub_port``, ``net
 prefix, "in": prefix, "dst": {"signal": "tdata"|"tdest"|"tid"|"tuser", "offset", "bits"}}``),
 ``expect`` (``{port: beats}`` the kernels should receive, or absent), ``stop_file`` (the host
 creates it when the whole cluster has settled) and ``progress_file`` (written every 256 cycles).
+
+``lockstep`` (``{"hop": cycles}``, see :mod:`hwgen.cluster.netsim`): every datagram sent carries
+this node's cycle; one received is driven into the network port ``hop`` cycles after its
+sender's cycle; every ``hop`` cycles the node reports its cycle to the hub and blocks until the
+hub releases it (or says stop). The network output is polled every cycle in this mode.
 """
 
+import heapq
 import json
 import os
 import socket
@@ -28,6 +34,26 @@ from .stream_tb import StreamBench, _from_frame, _to_frame
 
 POLL_CYCLES = 16
 STATUS_CYCLES = 256
+BARRIER_TIMEOUT_S = 300
+
+
+def _barrier(sock, hub, address, cycle, pending, hop):
+    """Report ``cycle`` to the hub and wait for its release; datagrams arriving meanwhile go to
+    ``pending`` (due ``hop`` cycles after their sender's cycle). Returns the release's stop."""
+    sock.sendto(json.dumps({"tick": address, "cycle": cycle}).encode(), hub)
+    sock.settimeout(BARRIER_TIMEOUT_S)
+    try:
+        while True:
+            try:
+                msg = json.loads(sock.recv(1 << 16))
+            except socket.timeout:
+                raise RuntimeError(f"no release from the network hub for cycle {cycle} in "
+                                   f"{BARRIER_TIMEOUT_S} s (another node died?)") from None
+            if "release" in msg:
+                return bool(msg["stop"])
+            heapq.heappush(pending, (msg["cycle"] + hop, msg["seq"], msg["src"], msg["beats"]))
+    finally:
+        sock.setblocking(False)
 
 
 @cocotb.test()
@@ -68,6 +94,9 @@ async def run_cluster_node(dut):
     addresses, in_frame = [], False        # net_addr at the first beat of each frame
     sent = arrived = seq = 0
     cycle, clk = 0, RisingEdge(dut.ap_clk)
+    lock = job.get("lockstep")
+    hop = lock["hop"] if lock else 0
+    pending, stop = [], False               # lock-step: (due cycle, seq, src, beats)
     while True:
         await clk
         cycle += 1
@@ -77,8 +106,14 @@ async def run_cluster_node(dut):
             in_frame = not out_last.value
         if addr_stream is not None and addr_stream[0].value:
             addresses.append(int(addr_stream[1].value))
-        if cycle % POLL_CYCLES:
-            continue
+        if lock:
+            while pending and pending[0][0] <= cycle:
+                net_in.send_nowait(_to_frame(heapq.heappop(pending)[3], net_in))
+                arrived += 1
+            if cycle % hop == 0:
+                stop = _barrier(sock, hub, job["address"], cycle, pending, hop)
+            elif cycle % POLL_CYCLES and net_out.empty():
+                continue
         while not net_out.empty():
             if addr_stream is not None and not addresses:
                 break                     # the frame's address beat has not come out yet
@@ -90,9 +125,9 @@ async def run_cluster_node(dut):
                     ((1 << dst["bits"]) - 1)
             seq += 1
             sock.sendto(json.dumps({"src": job["address"], "dst": addr, "seq": seq,
-                                    "beats": beats}).encode(), hub)
+                                    "cycle": cycle, "beats": beats}).encode(), hub)
             sent += 1
-        while True:
+        while not lock:
             try:
                 raw = sock.recv(1 << 16)
             except (BlockingIOError, InterruptedError):
@@ -116,10 +151,22 @@ async def run_cluster_node(dut):
             with open(tmp, "w") as f:
                 json.dump(status, f)
             os.replace(tmp, job["progress_file"])
-            if os.path.exists(job["stop_file"]) or cycle >= job["timeout_cycles"]:
+            if not lock and (os.path.exists(job["stop_file"])
+                             or cycle >= job["timeout_cycles"]):
                 break
+        if lock and cycle % hop == 0 and (stop or cycle >= job["timeout_cycles"]):
+            break
     sock.close()
+    status = {}
+    for handle in dut:                          # the top's status counters, at the end
+        name = handle._name
+        if name.startswith("status_"):
+            try:
+                status[name] = int(handle.value)
+            except ValueError:                  # X/Z bits
+                status[name] = str(handle.value)
     result = {"cycles_run": cycle, "timeout": cycle >= job["timeout_cycles"],
+              "status": status,
               "outputs": received, "sent": sent, "arrived": arrived}
     with open(os.environ["HWGEN_RESULT"], "w") as f:
         json.dump(result, f)

@@ -11,7 +11,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hwgen.cluster.netsim import NetworkHub, NodeRun, run_cluster
+from hwgen.cluster.netsim import Host, NetworkHub, NodeRun, run_cluster
 from hwgen.cluster.packet import Packet, from_beats, packet_layout, split_packets, to_beats
 from hwgen.flow.emit import emit_verilog
 from hwgen.flow.ports import StreamFormat
@@ -115,3 +115,54 @@ def test_lost_datagrams_are_exactly_the_missing_packets(bridge_build, tmp_path):
 def test_hub_rejects_bad_loss():
     with pytest.raises(ValueError):
         NetworkHub(loss=1.0)
+
+
+def lockstep_run(build, tmp_path, hop, seed):
+    """Node 1 sends 30 packets to the host (address 9; the run ends when the host has them
+    all, after cycle 90 at least); the host sends 4 to node 2 (due at cycle hop + 1)."""
+    build_dir, fmt = build
+    rng = np.random.default_rng(seed)
+    to_host = [Packet(9, 1, bytes(rng.integers(0, 256, 20).astype(np.uint8)))
+               for _ in range(30)]
+    from_host = [Packet(2, 9, bytes([k]) * 11) for k in range(4)]
+    nodes = []
+    for addr, packets in ((1, to_host), (2, [])):
+        beats = [b for p in packets for b in to_beats(p, DATA_BITS)]
+        job = {"seed": addr, "stall": 0.3, "timeout_cycles": 200_000, "address": addr,
+               "net": {"out": "m_axis_net", "in": "s_axis_net",
+                       "dst": {"signal": "tdest", "bits": 8}},
+               "ports": [{"port": "s_axis_k", "direction": "in", "frames": _frames(beats, fmt)},
+                         {"port": "m_axis_k", "direction": "out"}],
+               "expect": {}}
+        nodes.append(NodeRun(f"node{addr}", "bridge", build_dir, job))
+    host = Host(9, [(2, f) for p in from_host for f in _frames(to_beats(p, DATA_BITS), fmt)],
+                expect_frames=len(to_host))
+    results, stats = run_cluster(nodes, tmp_path, seed=3, timeout_s=300, lockstep=hop,
+                                 host=host)
+    at_host = [(c, from_beats(_received_beats([f], fmt), DATA_BITS))
+               for c, f in stats["host_received"]]
+    at_2 = [from_beats(p, DATA_BITS) for f in results["node2"]["outputs"]["m_axis_k"]
+            for p in split_packets(_received_beats([f], fmt))]
+    return to_host, from_host, at_host, at_2, results
+
+
+@requires_verilator
+def test_lockstep_host_exchanges_and_cycles_are_reproducible(bridge_build, tmp_path):
+    """Lock-step mode: the host's packets reach node 2, node 1's reach the host in order with
+    the sender's cycle; both nodes stop at the same barrier; a second run (other wall-clock
+    timing) stamps the same cycles, and a longer hop only moves the stop barrier."""
+    to_host, from_host, at_host, at_2, results = lockstep_run(bridge_build, tmp_path / "a",
+                                                              32, 5)
+    assert [p for _, p in at_host] == to_host
+    assert at_2 == from_host
+    cycles = [c for c, _ in at_host]
+    assert cycles == sorted(cycles) and 0 < cycles[0] < cycles[-1] < 32 * 40
+    assert results["node1"]["cycles_run"] == results["node2"]["cycles_run"]
+    assert results["node1"]["cycles_run"] % 32 == 0
+    again = lockstep_run(bridge_build, tmp_path / "b", 32, 5)[2]
+    assert [c for c, _ in again] == cycles
+
+
+def test_hub_lockstep_needs_cycles_not_seconds():
+    with pytest.raises(ValueError, match="latency_s"):
+        NetworkHub(latency_s=0.01, lockstep_nodes=2)

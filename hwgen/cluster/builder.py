@@ -193,7 +193,9 @@ def write_tops(plan, plans, desc, cdir, log=None, kernels="inside"):
     from ..flow.emit import emit_verilog
     from .router import pack_cfg
     from .top import FPGATop
-    n_clusters = max(p.cluster.id for p in plans) + 1
+    n_clusters = max([p.cluster.id for p in plans]      # and a host's cluster (output.ip)
+                     + [p.cluster.output["cluster"] for p in plans
+                        if "ip" in (p.cluster.output or {})]) + 1
     beats = router_cfg_beats(routing_tables(plan, plans))
     written = []
     fpgas = [fpga_plan(plan, f, desc.data_bits, n_clusters, kernels=kernels, plans=plans,

@@ -67,20 +67,22 @@ class FPGARun:
     ports: dict
     cfg_beats: list
     external: list
+    fpga_plan: object = None
 
     @property
     def address(self):
         return int(ipaddress.IPv4Address(self.fpga.ip))
 
 
-def prepare(description, out_dir, log=None):
-    """Build the tops of ``description`` under ``out_dir/build`` and verilate them; returns
+def prepare(description, out_dir, log=None, kernels="external"):
+    """Build the tops of ``description`` under ``out_dir/build`` (compute kernels
+    ``kernels``: "external" packet ports, or "inside" the tops) and verilate them; returns
     ``(description, plans, [FPGARun])``."""
     from ..flow.tools import cache_dir
     from ..flow.verilator import verilate
     from .builder import build
     desc = description if isinstance(description, D.Description) else D.load(description)
-    result = build(desc, Path(out_dir) / "build", picture=False, log=log, kernels="external")
+    result = build(desc, Path(out_dir) / "build", picture=False, log=log, kernels=kernels)
     plans = result["plans"]
     by_id = {p.cluster.id: p for p in plans}
     runs = []
@@ -94,7 +96,7 @@ def prepare(description, out_dir, log=None):
         runs.append(FPGARun(p, fp.fpga, fp.name, bdir,
                             json.loads((fdir / "ports.json").read_text()),
                             json.loads((fdir / "router_cfg.json").read_text()),
-                            list(fp.external)))
+                            list(fp.external), fp))
     return desc, plans, runs
 
 

@@ -12,6 +12,22 @@ The host side (:func:`run_cluster`) starts the hub, one thread per FPGA that run
 (each a separate simulator process), and stops all of them once the traffic has settled: every
 node has sent all its kernels' packets, nothing is in flight in the hub, and no node has received
 anything new for ``settle_s`` seconds (or every kernel has the beats the golden model expects).
+
+**Lock-step mode** (``lockstep=HopCycles``): the simulators keep one clock. Every datagram
+carries the cycle in which its sender put it on the network, and the receiver drives it into its
+network port ``hop`` cycles later, in its own cycle count; every ``hop`` cycles each node reports
+to the hub (``{"tick": address, "cycle": c}``) and waits until the hub has heard every node at
+that cycle (``{"release": c, "stop": bool}``). A datagram sent in ``[c - hop, c)`` reaches the
+hub before its sender's tick at ``c`` and is forwarded before the release, so it is in the
+receiver's hands before the receiver passes ``c``, the earliest cycle it is due: cycle counts
+of different FPGAs are comparable, and the network adds exactly ``hop`` cycles per datagram
+(plus up to ``POLL_CYCLES - 1`` of the sender's polling, see ``sim/cluster_tb.py``). All nodes
+stop at the same release, when the run is complete or out of time.
+
+**A host** (:class:`Host`): an endpoint at an IP address with no simulator. Its frames are sent
+at the start (cycle 0) to their destinations; frames addressed to it are kept, with the cycle
+their sender sent them (lock-step mode), in :attr:`NetworkHub.host_received`. In lock-step mode
+the run ends once the host has ``expect_frames`` frames.
 """
 
 import heapq
@@ -23,7 +39,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NetworkHub", "NodeRun", "run_cluster"]
+__all__ = ["NetworkHub", "Host", "NodeRun", "run_cluster"]
+
+
+@dataclass
+class Host:
+    """A network endpoint without a simulator (the CPU host of the paper's experiments).
+
+    ``address``: its IPv4 address as an integer; ``frames``: ``[(destination address, beats)]``
+    sent at the start in this order; ``expect_frames``: how many frames it waits for (lock-step
+    mode: the run ends when they are all in)."""
+    address: int
+    frames: list
+    expect_frames: int = 0
 
 
 class NetworkHub:
@@ -40,9 +68,12 @@ class NetworkHub:
         Seed of the loss draws.
     """
 
-    def __init__(self, latency_s=0.0, loss=0.0, seed=1):
+    def __init__(self, latency_s=0.0, loss=0.0, seed=1, *, lockstep_nodes=0, host=None):
         if not 0.0 <= loss < 1.0:
             raise ValueError("loss must be in 0 .. 0.99")
+        if lockstep_nodes and latency_s:
+            raise ValueError("lock-step mode counts the network delay in cycles: latency_s "
+                             "must be 0")
         self.latency_s, self.loss = latency_s, loss
         self.rng = random.Random(seed)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -58,6 +89,28 @@ class NetworkHub:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.last_activity = time.monotonic()
+        self.lockstep_nodes = lockstep_nodes
+        self.ticks = {}                # cycle -> addresses that reported it
+        self.cycle = 0                 # the last released cycle (lock-step mode)
+        self.stop_requested = False
+        self.host = host
+        self.host_received = []        # (sender's cycle or None, beats) of frames to the host
+        if host is not None:
+            for dst, beats in host.frames:
+                self._seq += 1
+                record = {"src": host.address, "dst": dst, "seq": self._seq, "beats": len(beats)}
+                raw = json.dumps({"src": host.address, "dst": dst, "seq": self._seq,
+                                  "cycle": 0, "beats": beats}).encode()
+                self.pending.setdefault(dst, []).append((record, raw))
+
+    @property
+    def host_complete(self):
+        return self.host is not None and self.host.expect_frames > 0 and \
+            len(self.host_received) >= self.host.expect_frames
+
+    def request_stop(self):
+        """Lock-step mode: every node stops at the next release."""
+        self.stop_requested = True
 
     def start(self):
         self._thread.start()
@@ -94,12 +147,37 @@ class NetworkHub:
                 for held in self.pending.pop(addr, []):     # sent before this node started
                     self._forward(*held)
                 continue
+            if "tick" in msg:
+                self._tick(int(msg["tick"]), int(msg["cycle"]))
+                continue
             record = {"src": msg["src"], "dst": msg["dst"], "seq": msg["seq"],
                       "beats": len(msg["beats"])}
+            if self.host is not None and int(msg["dst"]) == self.host.address:
+                self.forwarded.append(record)
+                self.host_received.append((msg.get("cycle"), msg["beats"]))
+                continue
             if int(msg["dst"]) not in self.endpoints:
                 self.pending.setdefault(int(msg["dst"]), []).append((record, raw))
             else:
                 self._forward(record, raw)
+
+    def _tick(self, addr, cycle):
+        """Lock-step barrier: release every node once all have reported ``cycle``, after
+        flushing the datagrams forwarded before (they must reach their nodes first)."""
+        got = self.ticks.setdefault(cycle, set())
+        got.add(addr)
+        if len(got) < self.lockstep_nodes:
+            return
+        del self.ticks[cycle]
+        with self._lock:
+            while self._queue:
+                _, _, dst, raw = heapq.heappop(self._queue)
+                self.sock.sendto(raw, dst)
+        self.cycle = cycle
+        release = json.dumps({"release": cycle, "stop": self.stop_requested
+                              or self.host_complete}).encode()
+        for a in got:
+            self.sock.sendto(release, self.endpoints[a])
 
     def _forward(self, record, raw):
         if self.loss and self.rng.random() < self.loss:
@@ -113,6 +191,7 @@ class NetworkHub:
 
     def stats(self):
         return {"forwarded": len(self.forwarded), "dropped": len(self.dropped),
+                "cycle": self.cycle, "host_frames": len(self.host_received),
                 "unknown_destination": sum(map(len, self.pending.values())),
                 "nodes": len(self.endpoints),
                 "latency_s": self.latency_s, "loss": self.loss}
@@ -137,10 +216,13 @@ def _progress(path):
 
 
 def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5,
-                timeout_s=600, echo=None):
+                timeout_s=600, echo=None, lockstep=0, host=None):
     """Simulate ``nodes`` (:class:`NodeRun`) concurrently joined by a :class:`NetworkHub`.
 
-    Returns ``(results by node name, hub statistics and logs)``.
+    ``lockstep``: the network hop in cycles (0: free-running simulators, see the module
+    docstring); ``host``: a :class:`Host` on the network. Returns ``(results by node name, hub
+    statistics and logs)``; with a host, ``stats["host_received"]`` lists its frames as
+    ``(cycle, beats)``.
     """
     from ..flow.verilator import run_testbench
 
@@ -148,7 +230,8 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     run_dir.mkdir(parents=True, exist_ok=True)
     stop_file = run_dir / "stop"
     stop_file.unlink(missing_ok=True)
-    hub = NetworkHub(latency_s, loss, seed).start()
+    hub = NetworkHub(latency_s, loss, seed, lockstep_nodes=len(nodes) if lockstep else 0,
+                     host=host).start()
     errors, threads = {}, []
     try:
         for node in nodes:
@@ -158,6 +241,8 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
             progress_file.unlink(missing_ok=True)      # a stale one would end the run early
             node.job.update({"hub_port": hub.port, "stop_file": str(stop_file),
                              "progress_file": str(progress_file)})
+            if lockstep:
+                node.job["lockstep"] = {"hop": int(lockstep)}
 
             def run(node=node, node_dir=node_dir):
                 try:
@@ -171,6 +256,7 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
             threads.append(thread)
 
         start, last_change, last_seen = time.monotonic(), time.monotonic(), None
+        last_echo = 0.0
         while any(t.is_alive() for t in threads):
             time.sleep(0.2)
             progress = [_progress(n.job["progress_file"]) for n in nodes]
@@ -182,14 +268,22 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
             sent_all = ready and all(p["sources_idle"] for p in progress)
             complete = ready and all(p["complete"] for p in progress)
             quiet = time.monotonic() - max(last_change, hub.last_activity) > settle_s
-            if ready and sent_all and hub.in_flight == 0 and (complete or quiet):
+            if lockstep:
+                pass                    # the hub stops the nodes (host complete, or below)
+            elif ready and sent_all and hub.in_flight == 0 and (complete or quiet):
                 stop_file.write_text("stop")
-            if echo and ready:
+            if echo and lockstep and time.monotonic() - last_echo > 2:
+                last_echo = time.monotonic()
+                echo(f"\r  cluster sim: cycle {hub.cycle}, {len(hub.forwarded)} datagrams "
+                     f"forwarded, host has {len(hub.host_received)}"
+                     + (f" of {host.expect_frames}" if host else "") + " frames   ", nl=False)
+            elif echo and ready:
                 got = sum(p["received"] for p in progress)
                 echo(f"\r  cluster sim: {got} beats received, {len(hub.forwarded)} datagrams "
                      f"forwarded, {len(hub.dropped)} dropped   ", nl=False)
             if time.monotonic() - start > timeout_s:
                 stop_file.write_text("stop")
+                hub.request_stop()
         for t in threads:
             t.join()
         if echo:
@@ -203,4 +297,5 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     stats["dropped_log"] = hub.dropped
     stats["unknown_log"] = [r for held in hub.pending.values() for r, _ in held]
     stats["unknown_destination"] = len(stats["unknown_log"])
+    stats["host_received"] = hub.host_received
     return {n.name: n.result for n in nodes}, stats

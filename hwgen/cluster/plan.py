@@ -235,13 +235,17 @@ def plan(description):
 def routing_tables(p, plans):
     """The two routing tables of the cluster's routers (the same on every FPGA of it):
     ``kernels`` {kernel id: IP of its FPGA} (virtual kernels live on the gateway's FPGA) and
-    ``clusters`` {cluster id: IP of that cluster's gateway FPGA}."""
+    ``clusters`` {cluster id: IP of that cluster's gateway FPGA; the ``output.ip`` of a
+    receiving cluster outside the description}."""
     ips = {f.name: f.ip for f in p.cluster.fpgas}
     kern = {k.id: ips[k.fpga] for k in p.kernels.values()}
     clus = {}
     for q in plans:
         gw = q.kernels[0].fpga
         clus[q.cluster.id] = {f.name: f.ip for f in q.cluster.fpgas}[gw]
+    out = p.cluster.output or {}
+    if "ip" in out:                          # a receiver outside the description (a host)
+        clus[out["cluster"]] = out["ip"]
     return {"kernels": dict(sorted(kern.items())), "clusters": dict(sorted(clus.items()))}
 
 

@@ -1,0 +1,71 @@
+"""The encoder inside the FPGA tops, simulated across FPGAs (issue 14 item 5).
+
+``mini_encoder`` (H 16, two heads, two FPGAs) is built with its compute kernels inside the tops,
+every top runs in its own Verilator process joined by the lock-step network model, a host at the
+cluster's ``output.ip`` sends the M input rows through the gateway and receives the output rows,
+which must equal :func:`hwgen.cluster.layer_golden.run` (the layers evaluated with the kernels'
+golden models) bit for bit, under random stalls.
+"""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hwgen.cli import main
+from hwgen.cluster import encoder_sim, layer_golden
+from hwgen.errors import ConfigError
+
+from conftest import requires_verilator
+
+
+@requires_verilator
+@pytest.mark.parametrize("tokens,stall", [(3, 0.3), (1, 0.0)])
+def test_mini_encoder_end_to_end_is_bit_exact(tmp_path, tokens, stall):
+    r = encoder_sim.run("mini_encoder", tmp_path, tokens=tokens, stall=stall, seed=tokens)
+    assert r["rows_expected"] == r["rows_received"] == tokens
+    assert r["mismatches"] == 0 and r["malformed"] == 0 and not r["timeouts"]
+    # the network's hop and the kernels' latencies put X, T in a plausible range
+    assert r["hop_cycles"] < r["X"] <= r["T"] < r["cycles_run"]
+    assert r["T"] - r["X"] == pytest.approx(r["I"] * (tokens - 1))
+
+
+@requires_verilator
+def test_a_wrong_golden_row_is_counted(tmp_path, monkeypatch):
+    """The comparison is real: one element off in the expected rows is one mismatch."""
+    true_run = layer_golden.run
+
+    def off_by_one(layers, x, **kw):
+        y = np.array(true_run(layers, x, **kw))
+        y[1, 5] += 1
+        return y
+    monkeypatch.setattr(layer_golden, "run", off_by_one)
+    r = encoder_sim.run("mini_encoder", tmp_path, tokens=3, stall=0.3, seed=3)
+    assert r["mismatches"] == 1 and r["mismatched_rows"] == [1]
+
+
+def test_needs_a_host_before_building(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        encoder_sim.run("two_clusters", tmp_path, tokens=2)
+    assert e.value.param == "clusters[0].output.ip"
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("opts,param", [({"tokens": 0}, "tokens"), ({"stall": 1.5}, "stall"),
+                                        ({"hop": 3}, "hop"), ({"tokens": 9}, "sequence_length")])
+def test_bad_options_name_the_parameter(tmp_path, opts, param):
+    kw = {"tokens": 2, **opts}
+    with pytest.raises(ConfigError) as e:
+        encoder_sim.run("mini_encoder", tmp_path, **kw)
+    assert e.value.param == param
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--tokens", "3", "--loss", "0.1"], "loss"),
+    (["--tokens", "3", "--latency-ms", "2"], "latency_ms"),
+    (["--hop", "100"], "hop"),
+])
+def test_cli_refuses_options_of_the_other_mode(tmp_path, args, needle):
+    r = CliRunner().invoke(main, ["cluster", "sim", "mini_encoder", "--out", str(tmp_path)]
+                           + args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output and "Traceback" not in r.output
