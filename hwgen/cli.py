@@ -513,12 +513,27 @@ def bench_chamvs(queries):
 
 
 @bench.command("cluster")
+@click.option("--no-sim", is_flag=True,
+              help="Skip the simulations of mini_encoder (the model tables only).")
+@click.option("--measured", "measured", multiple=True, type=click.Path(dir_okay=False),
+              help="A report of `hwgen cluster sim DESC --tokens M --json FILE` to print "
+                   "beside the model (repeatable; e.g. minilm_encoder at M 1, 8, 38, 64).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the simulations build and run [default: a temporary folder].")
 @reports_errors
-def bench_cluster():
-    """Multi-FPGA I-BERT latency model: the paper's Table 2, Versal 860 us, hwgen's encoder."""
+def bench_cluster(no_sim, measured, out_dir):
+    """Multi-FPGA I-BERT latency model: the paper's Table 2, Versal 860 us, hwgen's encoder,
+    and X, T measured by simulating encoders across FPGAs."""
+    from .checks import read_json
     from .cluster.bench import bench_cluster as run_bench
-    if not run_bench(echo=click.echo):
-        raise SimulationMismatch("the Table 2 reproduction is off by more than 0.5%")
+    reports = [read_json(path, "measured") for path in measured]
+    for path, r in zip(measured, reports):
+        if not isinstance(r, dict) or not {"tokens", "X", "T", "I", "path"} <= set(r):
+            raise ConfigError("measured", "not a report of `hwgen cluster sim --tokens M "
+                              "--json FILE` with X, T (a run that failed has none)", value=path)
+    if not run_bench(echo=click.echo, simulate=not no_sim, measured=reports, out_dir=out_dir):
+        raise SimulationMismatch("the Table 2 reproduction is off by more than 0.5%, or a "
+                                 "simulated encoder disagreed with its golden model")
 
 
 @main.group()

@@ -70,8 +70,43 @@ def test_encoder_timing_from_kernel_models():
 
 
 def test_bench_cli_exit_zero():
-    out = subprocess.run([sys.executable, "-m", "hwgen.cli", "bench", "cluster"],
+    out = subprocess.run([sys.executable, "-m", "hwgen.cli", "bench", "cluster", "--no-sim"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "860.0 us" in out.stdout and "7.193" in out.stdout
     assert "within 0.5%" in out.stdout
+
+
+def test_sizes_from_layers_reads_the_descriptions():
+    from hwgen.cluster.describe import load
+    ib = lat.sizes_from_layers(load("ibert_encoder").clusters[0].layers)
+    assert (ib.hidden, ib.heads, ib.ffn, ib.tiles, ib.pes) == (768, 12, 3072, 16, 48)
+    mini = lat.sizes_from_layers(load("mini_encoder").clusters[0].layers)
+    assert (mini.hidden, mini.heads, mini.ffn, mini.max_len, mini.dot_pes) == (16, 2, 32, 4, 2)
+    mm = lat.sizes_from_layers(load("minilm_encoder").clusters[0].layers)
+    assert (mm.hidden, mm.heads, mm.ffn, mm.down_tiles) == (384, 12, 1536, 16)
+
+
+def test_bench_prints_a_measured_report_beside_the_model(tmp_path):
+    """A report as ``hwgen cluster sim --tokens M --json`` writes it: the bench prints its X
+    and T with the model's error (model - simulated) / simulated; a failed run is refused."""
+    import json
+    from hwgen.cluster.describe import load
+    report = {"description": "mini-encoder", "path": str(load("mini_encoder").path),
+              "tokens": 2, "X": 600, "T": 700, "I": 30.0, "hop_cycles": 16, "mismatches": 0,
+              "input_beats": 2}
+    good = tmp_path / "m2.json"
+    good.write_text(json.dumps(report))
+    out = subprocess.run([sys.executable, "-m", "hwgen.cli", "bench", "cluster", "--no-sim",
+                          "--measured", str(good)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    model = lat.encoder_timing(2, lat.sizes_from_layers(load("mini_encoder").clusters[0].layers),
+                               input_period=2)
+    line = next(ln for ln in out.stdout.splitlines() if ln.split()[:3] == ["2", "600",
+                                                                          str(model["X"])])
+    assert f"{100 * (model['T'] - 700) / 700:+.1f}%" in line
+    bad = tmp_path / "failed.json"
+    bad.write_text(json.dumps({k: v for k, v in report.items() if k not in ("X", "T")}))
+    out = subprocess.run([sys.executable, "-m", "hwgen.cli", "bench", "cluster", "--no-sim",
+                          "--measured", str(bad)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "measured" in out.stderr + out.stdout

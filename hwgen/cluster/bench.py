@@ -3,15 +3,59 @@ the same model fed with the cycle counts of hwgen's own I-BERT encoder kernels."
 
 from . import latency as lat
 
-__all__ = ["bench_cluster", "TOLERANCE_PCT"]
+__all__ = ["bench_cluster", "measured_encoder", "TOLERANCE_PCT", "MODEL_GOAL_PCT"]
+
+#: The issue's goal for the cycle model against a simulated encoder.
+MODEL_GOAL_PCT = 5.0
+#: Sequence lengths simulated for ``mini_encoder`` (its kernels take up to 4 tokens).
+MINI_TOKENS = (1, 2, 3, 4)
+#: Network hop of the bench's simulations: the smallest the lock-step model takes, so that X
+#: and T are close to the kernels' own (the model leaves hops out).
+BENCH_HOP = 16
 
 #: Largest allowed deviation of the Table 2 reproduction from the paper's printed values.
 TOLERANCE_PCT = 0.5
 
 
-def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPER_D_US):
+def measured_encoder(reports, echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ,
+                     d_us=lat.PAPER_D_US):
+    """Print simulated X, T (reports of :func:`hwgen.cluster.encoder_sim.run`, one per M, of
+    one description) beside the cycle model of the same kernels
+    (:func:`~hwgen.cluster.latency.encoder_timing` with
+    :func:`~hwgen.cluster.latency.sizes_from_layers`; the input one row per its beats, network
+    hops as the simulated hop once per FPGA crossing is not modelled: left out) and the
+    paper's Table 1; returns the rows printed."""
+    from .describe import load
+    rows = []
+    desc = load(reports[0]["path"])
+    sizes = lat.sizes_from_layers(desc.clusters[0].layers)
+    echo(f"{'M':>4} {'X sim':>8} {'X model':>8} {'err':>7} {'T sim':>8} {'T model':>8} "
+         f"{'err':>7} {'I sim':>7} {'paper X':>8} {'paper T':>8} {'L=' + str(L) + ' ms':>9}")
+    for r in sorted(reports, key=lambda r: r["tokens"]):
+        m = r["tokens"]
+        model = lat.encoder_timing(m, sizes, input_period=r.get("input_beats"))
+        ex = 100 * (model["X"] - r["X"]) / r["X"]
+        et = 100 * (model["T"] - r["T"]) / r["T"]
+        paper = lat.PAPER_TABLE1.get(m)
+        ms = lat.chain_latency(r["T"] / clock_mhz, r["X"] / clock_mhz, L, d_us) / 1e3
+        echo(f"{m:>4} {r['X']:>8} {model['X']:>8} {ex:>+6.1f}% {r['T']:>8} {model['T']:>8} "
+             f"{et:>+6.1f}% {r['I']:>7.1f} {paper[0] if paper else '-':>8} "
+             f"{paper[1] if paper else '-':>8} {ms:>9.3f}")
+        rows.append({"tokens": m, "X": r["X"], "T": r["T"], "I": r["I"],
+                     "model_X": model["X"], "model_T": model["T"], "err_X_pct": ex,
+                     "err_T_pct": et, "latency_L_ms": ms})
+    return rows
+
+
+def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPER_D_US,
+                  simulate=True, measured=(), out_dir=None):
     """Print the tables; return True when every Table 2 entry is within
-    :data:`TOLERANCE_PCT` of the paper and the Versal estimate rounds to 860 us."""
+    :data:`TOLERANCE_PCT` of the paper and the Versal estimate rounds to 860 us.
+
+    ``simulate``: also run ``mini_encoder`` across its two FPGAs for M in
+    :data:`MINI_TOKENS` (:mod:`hwgen.cluster.encoder_sim`, builds cached) and print the
+    measured X, T beside the model; ``measured``: reports (``hwgen cluster sim ... --json``)
+    of other encoders to print the same way (e.g. ``minilm_encoder`` at M 1, 8, 38, 64)."""
     ok = True
     echo(f"Latency of L = {L} encoders: T + (L-1)(X+d) (paper eq. 1); Table 1 cycles at "
          f"{clock_mhz:g} MHz")
@@ -55,4 +99,38 @@ def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPE
         echo(f"  seq {m:>3}: {row}")
     echo("Table 2 reproduction " + ("within" if ok else "NOT within")
          + f" {TOLERANCE_PCT}% of the paper")
+    groups = {}
+    for r in measured:
+        groups.setdefault(r["description"], []).append(r)
+    if simulate:
+        import tempfile
+        from pathlib import Path
+        from .encoder_sim import run
+        base = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="hwgen-bench-"))
+        reports = []
+        for m in MINI_TOKENS:
+            echo(f"simulating mini_encoder (2 FPGAs) at M = {m} ...")
+            reports.append(dict(run("mini_encoder", base / f"mini-m{m}", tokens=m, stall=0.0,
+                                    hop=BENCH_HOP)))
+            if reports[-1]["mismatches"]:
+                ok = False
+        groups["mini-encoder"] = reports
+    for name, reports in groups.items():
+        hops = sorted({r["hop_cycles"] for r in reports})
+        echo("")
+        echo(f"measured: {name} simulated across its FPGAs (lock-step, hop {hops} cycles, "
+             f"Verilator), beside the kernels' cycle model (hops, GMI kernels, adapters and "
+             f"routers left out) and the paper's Table 1; L = {L} encoders at {clock_mhz:g} "
+             f"MHz with d = {d_us:g} us from the measured X, T:")
+        bad = [r["tokens"] for r in reports if r["mismatches"] or "T" not in r]
+        if bad:
+            ok = False
+            echo(f"  runs with mismatches or no output: M = {bad}")
+            reports = [r for r in reports if r["tokens"] not in bad]
+        if reports:
+            rows = measured_encoder(reports, echo=echo, L=L, clock_mhz=clock_mhz, d_us=d_us)
+            far = [r["tokens"] for r in rows if abs(r["err_T_pct"]) > MODEL_GOAL_PCT]
+            echo(f"model within {MODEL_GOAL_PCT:g}% of the simulated T: "
+                 + ("all" if not far else f"not at M = {far}"))
     return ok
+

@@ -197,7 +197,9 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     if cycles and len(rows) == len(want):
         timing = {"X": min(cycles) - arrive, "T": max(cycles) - arrive,
                   "I": (max(cycles) - min(cycles)) / max(len(cycles) - 1, 1)}
-    return {"description": desc.name, "tokens": tokens, "hidden": int(x.shape[1]),
+    return {"description": desc.name, "path": str(desc.path), "tokens": tokens,
+            "hidden": int(x.shape[1]),
+            "input_beats": -(-hp.in_fmt.row_bytes * 8 // desc.data_bits),
             "rows_expected": len(want), "rows_received": len(rows),
             "mismatches": int(mismatches), "mismatched_rows": bad_rows[:20],
             "malformed": malformed, "hop_cycles": hop, "stall": stall, "seed": seed,

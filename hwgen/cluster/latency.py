@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 __all__ = ["PAPER_TABLE1", "PAPER_TABLE2_MS", "PAPER_SEQ_LENS", "PAPER_CLOCK_MHZ", "PAPER_D_US",
            "VERSAL", "chain_latency", "table2", "versal_estimate", "encoder_timing",
-           "EncoderSizes"]
+           "EncoderSizes", "sizes_from_layers"]
 
 #: Sequence lengths of the paper's Tables 1 and 2.
 PAPER_SEQ_LENS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -99,6 +99,33 @@ class EncoderSizes:
     lanes: int = 16
     ln_lanes: int = 8
     max_len: int = 128
+    down_tiles: int = 0          # tiles of the FFN's second linear (0: ffn_tiles)
+
+
+def sizes_from_layers(layers):
+    """The :class:`EncoderSizes` of a layers description structured as
+    ``ibert_encoder.layers.json`` (layers ``q``, ``attn_dot``, ``softmax_matmul``, ``ffn_up``,
+    ``ln1``; :mod:`hwgen.cluster.describe`), from its modules' parameters. Stages the model
+    does not have (e.g. ``minilm_encoder``'s ``ffn_neg``) are left out."""
+    by = {l.name: l for l in layers.layers}
+    missing = [n for n in ("q", "attn_dot", "softmax_matmul", "ffn_up", "ln1") if n not in by]
+    if missing:
+        raise ValueError("not an I-BERT encoder layer description: no layer "
+                         + ", ".join(missing))
+
+    def params(layer, kind):
+        return next(m.params for m in by[layer].modules if m.kind == kind)
+    q, up = params("q", "ibert-linear"), params("ffn_up", "ibert-linear")
+    dot, smm = params("attn_dot", "ibert-attn-dot"), params("softmax_matmul",
+                                                            "ibert-softmax-matmul")
+    return EncoderSizes(hidden=q["out_features"], heads=by["attn_dot"].count,
+                        ffn=up["out_features"], tiles=q["tiles"], pes=q["pes"],
+                        ffn_tiles=up["tiles"], dot_pes=dot["pes"], smm_pes=smm["pes"],
+                        down_tiles=params("ffn_down", "ibert-linear")["tiles"]
+                        if "ffn_down" in by else 0,
+                        lanes=params("q", "ibert-requant").get("lanes", 16),
+                        ln_lanes=params("ln1", "ibert-layernorm").get("lanes", 8),
+                        max_len=dot["max_len"])
 
 
 def _stage_params(sizes, m):
@@ -129,7 +156,7 @@ def _stage_params(sizes, m):
     linear("qkv", H, H, sizes.tiles)
     linear("attn_out", H, H, sizes.tiles)
     linear("ffn_up", H, sizes.ffn, sizes.ffn_tiles)
-    linear("ffn_down", sizes.ffn, H, sizes.ffn_tiles)
+    linear("ffn_down", sizes.ffn, H, sizes.down_tiles or sizes.ffn_tiles)
     for name, row, ident in (("quant", H, False), ("quant_res", H, True), ("quant_head", d, False)):
         cfg = RequantConfig(row=row, lanes=min(sizes.lanes, row), identity=ident)
         rowwise(name, cfg.performance(rows=1), cfg.beats_per_row)
