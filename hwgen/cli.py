@@ -594,11 +594,15 @@ def cluster_build(description, out_dir, no_tops, kernels, resources):
 @click.option("--hop", "hop_cycles", type=int, default=None,
               help="Encoder mode: network hop in cycles (lock-step simulators) "
                    "[default: 220, 1.1 us at 200 MHz].")
+@click.option("--sentence", default=None,
+              help="Encoder mode: the input rows are this sentence's embeddings in the "
+                   "calibrated integer MiniLM (exactly --tokens WordPiece tokens with [CLS] "
+                   "and [SEP]; for minilm_encoder) [default: random int8 rows of --seed].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the report as JSON.")
 @reports_errors
 def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall, tokens,
-                hop_cycles, json_path):
+                hop_cycles, sentence, json_path):
     """Simulate every FPGA of a description at once (Verilator per FPGA, UDP network).
 
     Without --tokens: every compute kernel is a port of its top played by the testbench
@@ -606,10 +610,11 @@ def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall, tok
     the tops, fed by a host at the cluster's output.ip (hwgen.cluster.encoder_sim)."""
     if tokens is not None:
         return _cluster_sim_encoder(description, out_dir, latency_ms, loss, seed, stall,
-                                    tokens, hop_cycles, json_path)
-    if hop_cycles is not None:
-        raise ConfigError("hop", "only with --tokens (the encoder's lock-step simulation)",
-                          value=hop_cycles)
+                                    tokens, hop_cycles, sentence, json_path)
+    for name, value in (("hop", hop_cycles), ("sentence", sentence)):
+        if value is not None:
+            raise ConfigError(name, "only with --tokens (the encoder's lock-step simulation)",
+                              value=value)
     from .cluster.multifpga import check_options, run as run_sim
     check_options(latency_s=latency_ms / 1000, loss=loss, seed=seed, rounds=rounds,
                   stall=stall)
@@ -632,7 +637,7 @@ def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall, tok
 
 
 def _cluster_sim_encoder(description, out_dir, latency_ms, loss, seed, stall, tokens,
-                         hop_cycles, json_path):
+                         hop_cycles, sentence, json_path):
     from .cluster import encoder_sim
     if latency_ms:
         raise ConfigError("latency_ms", "the encoder simulation runs lock-step: give the "
@@ -642,8 +647,11 @@ def _cluster_sim_encoder(description, out_dir, latency_ms, loss, seed, stall, to
                           "rows; the encoder simulation takes --loss 0 only", value=loss)
     hop = encoder_sim.HOP_CYCLES if hop_cycles is None else hop_cycles
     encoder_sim.check_options(tokens=tokens, seed=seed, stall=stall, hop=hop)
+    x = encoder_sim.sentence_rows(sentence, tokens) if sentence is not None else None
     r = encoder_sim.run(description, Path(out_dir), tokens=tokens, seed=seed, stall=stall,
-                        hop=hop, log=_log, echo=click.echo)
+                        hop=hop, x=x, log=_log, echo=click.echo)
+    if sentence is not None:
+        r["sentence"] = sentence
     click.echo(f"encoder {r['description']}: {r['fpgas']} FPGAs, M = {r['tokens']} tokens of "
                f"H = {r['hidden']}; hop {r['hop_cycles']} cycles; stall {r['stall']}")
     click.echo(f"rows: {r['rows_expected']} expected, {r['rows_received']} received; "

