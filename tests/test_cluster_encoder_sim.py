@@ -71,3 +71,32 @@ def test_cli_refuses_options_of_the_other_mode(tmp_path, args, needle):
                            + args)
     assert r.exit_code == 2, r.output
     assert needle in r.output and "Traceback" not in r.output
+
+
+def test_inputs_that_wait_hold_a_whole_sentence():
+    """A kernel with several inputs behind one packet port buffers a sentence (M rows) of each
+    input that can wait (the residual's identity, K/Q, V/P), or the port blocks behind a full
+    FIFO: minilm_encoder deadlocked at 304 datagrams before this. A linear's own input streams
+    (16 beats)."""
+    from hwgen.cluster.describe import load
+    from hwgen.cluster.plan import fpga_plan, plan
+    d = load("minilm_encoder")
+    ps = plan(d)
+    depths = {}
+    for f in d.clusters[0].fpgas:
+        fp = fpga_plan(ps[0], f, d.data_bits, 2, plans=ps, seq_len=8)
+        depths.update({c.name: c.p2r.depths for c in fp.computes.values()})
+    beats = lambda nbytes: nbytes * 8 // d.data_bits + 2           # noqa: E731
+    assert depths["attn_out"] == [16, beats(8 * 384)]             # gathered x, identity
+    assert depths["ffn_down"] == [16, beats(8 * 384)]
+    assert depths["attn_dot[0]"] == [beats(8 * 32)] * 2             # Q and K of one head
+    assert depths["q"] == [16]
+
+
+def test_fifo_depths_are_checked():
+    from hwgen.cluster.adapter import PacketsToRowsConfig
+    with pytest.raises(ConfigError) as e:
+        PacketsToRowsConfig.from_dict({"sources": "1,2", "fifo_depths": "16"})
+    assert e.value.param == "fifo_depths"
+    assert PacketsToRowsConfig.from_dict({"sources": "1,2", "fifo_depths": "3,70"}).depths \
+        == [3, 70]

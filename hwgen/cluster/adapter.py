@@ -279,7 +279,25 @@ class PacketsToRowsConfig(_FormatConfig):
     sources: str = param("1,2", "source kernel ids (TID), one output o_<k> each, as "
                                 "'id[:key=value...],...'; keys override the row-format "
                                 "parameters for that source (e.g. '4:field=p:lanes=3,5:field=v')")
-    fifo_depth: int = param(16, "packet beats buffered per source", lo=2, hi=4096)
+    fifo_depth: int = param(16, "packet beats buffered per source", lo=2, hi=1 << 16)
+    fifo_depths: str = param("", "per-source FIFO depths in beats, 'd0,d1,...' in the order "
+                                 "of sources (empty: fifo_depth for every source)")
+
+    @property
+    def depths(self):
+        """The FIFO depth of each source, in ``sources`` order."""
+        n = len(self.sources.split(","))
+        if not self.fifo_depths.strip():
+            return [self.fifo_depth] * n
+        try:
+            out = [int(v) for v in self.fifo_depths.split(",")]
+        except ValueError:
+            raise ConfigError("fifo_depths", "must be integers 'd0,d1,...'",
+                              value=self.fifo_depths) from None
+        if len(out) != n or not all(2 <= d <= 1 << 16 for d in out):
+            raise ConfigError("fifo_depths", f"needs {n} depths (one per source), each in "
+                              f"2..{1 << 16}", value=self.fifo_depths)
+        return out
 
     @property
     def source_formats(self):
@@ -306,6 +324,7 @@ class PacketsToRowsConfig(_FormatConfig):
 
     def check(self):
         super().check()
+        _ = self.depths
         ids = [tid for tid, _ in self.source_formats]
         if len(set(ids)) != len(ids):
             raise ConfigError("sources", "source ids must differ", value=self.sources)
@@ -692,7 +711,7 @@ class PacketsToRows(wiring.Component):
         ready = Const(1)
         for k, (tid, fmt) in enumerate(c.source_formats):
             unpack = _Unpack(c.data_bits, fmt)
-            q = fifo.SyncFIFOBuffered(width=unpack.chunk.size, depth=c.fifo_depth)
+            q = fifo.SyncFIFOBuffered(width=unpack.chunk.size, depth=c.depths[k])
             m.submodules[f"fifo_{k}"] = q
             m.submodules[f"unpack_{k}"] = unpack
             hit = i.payload.id == tid

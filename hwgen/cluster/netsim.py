@@ -272,11 +272,13 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
                 pass                    # the hub stops the nodes (host complete, or below)
             elif ready and sent_all and hub.in_flight == 0 and (complete or quiet):
                 stop_file.write_text("stop")
-            if echo and lockstep and time.monotonic() - last_echo > 2:
-                last_echo = time.monotonic()
-                echo(f"\r  cluster sim: cycle {hub.cycle}, {len(hub.forwarded)} datagrams "
-                     f"forwarded, host has {len(hub.host_received)}"
-                     + (f" of {host.expect_frames}" if host else "") + " frames   ", nl=False)
+            if echo and lockstep:
+                if time.monotonic() - last_echo > 2:
+                    last_echo = time.monotonic()
+                    echo(f"\r  cluster sim: cycle {hub.cycle}, {len(hub.forwarded)} "
+                         f"datagrams forwarded, host has {len(hub.host_received)}"
+                         + (f" of {host.expect_frames}" if host else "") + " frames   ",
+                         nl=False)
             elif echo and ready:
                 got = sum(p["received"] for p in progress)
                 echo(f"\r  cluster sim: {got} beats received, {len(hub.forwarded)} datagrams "

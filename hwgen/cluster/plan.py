@@ -557,7 +557,7 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
                               "beat (a residual requantisation first in a chain); put a "
                               "module before it")
     fed = _assign_ports(k, chain, _feeds(k, plan, plans), where)
-    sources, widen = [], []
+    sources, widen, sentence_bytes = [], [], []
     for p in chain.inputs:
         tid, c, sender = fed[p.name]
         w = f"{where}[{c.index}]"
@@ -573,7 +573,11 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
                                   value=p.name)
         if p.elem_bits > eb:
             widen.append(p.name)
-        sources.append((tid, p.name, c.index, _format(p, seq_len, eb)))
+        fmt = _format(p, seq_len, eb)
+        sources.append((tid, p.name, c.index, fmt))
+        streams = p.module == 0 and chain.kinds[0] == "ibert-linear"
+        sentence_bytes.append(0 if streams else
+                              fmt.row_bytes * (1 if p.framing == "beat" else seq_len))
     if len(k.dests) != 1:
         raise ConfigError(lw, f"compute kernel {k.name} sends to "
                           f"{len(k.dests) or 'no'} destinations; its one output stream needs "
@@ -591,9 +595,15 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
                               f"of {out_fmt.row_bytes} bytes, the {g.kind} takes messages of "
                               f"{msg}", value=cfg.length)
     fmts = [f for *_, f in sources]
+    # Several inputs: the chain may need all of one (K before Q, V before P, the residual's
+    # identity until the linear's rows come) while the others keep arriving through the one
+    # packet port, which would block behind a full FIFO (a deadlock, seen in minilm_encoder).
+    # So each source's FIFO holds one sentence (M rows), except a linear's streamed input.
+    depths = [16 if len(sources) < 2 or not n else max(16, -(-n * 8 // data_bits) + 2)
+              for n in sentence_bytes]
     p2r = PacketsToRowsConfig.from_dict({
-        "data_bits": data_bits, "sources": ",".join(_source_spec(t, f) for t, _, _, f in
-                                                    sources),
+        "data_bits": data_bits, "fifo_depths": ",".join(map(str, depths)),
+        "sources": ",".join(_source_spec(t, f) for t, _, _, f in sources),
         **{key: getattr(fmts[0], key) for key in ("field", "lanes", "elem_bits", "row_elems")}})
     r2p = RowToPacketsConfig.from_dict({
         "data_bits": data_bits, "dest": dest, "src": k.id,
