@@ -73,11 +73,11 @@ def test_cli_refuses_options_of_the_other_mode(tmp_path, args, needle):
     assert needle in r.output and "Traceback" not in r.output
 
 
-def test_inputs_that_wait_hold_a_whole_sentence():
-    """A kernel with several inputs behind one packet port buffers a sentence (M rows) of each
-    input that can wait (the residual's identity, K/Q, V/P), or the port blocks behind a full
-    FIFO: minilm_encoder deadlocked at 304 datagrams before this. A linear's own input streams
-    (16 beats)."""
+def test_every_input_holds_a_whole_sentence():
+    """Each input FIFO of a kernel holds a sentence (M rows), or the FPGA's one input path
+    blocks behind a full FIFO: minilm_encoder deadlocked at 304 datagrams (attn_out's identity)
+    and, with only waiting inputs deep, at 420 (ffn_neg's input blocking its own output's way
+    to ffn_down on the same FPGA)."""
     from hwgen.cluster.describe import load
     from hwgen.cluster.plan import fpga_plan, plan
     d = load("minilm_encoder")
@@ -87,10 +87,11 @@ def test_inputs_that_wait_hold_a_whole_sentence():
         fp = fpga_plan(ps[0], f, d.data_bits, 2, plans=ps, seq_len=8)
         depths.update({c.name: c.p2r.depths for c in fp.computes.values()})
     beats = lambda nbytes: nbytes * 8 // d.data_bits + 2           # noqa: E731
-    assert depths["attn_out"] == [16, beats(8 * 384)]             # gathered x, identity
-    assert depths["ffn_down"] == [16, beats(8 * 384)]
+    assert depths["attn_out"] == [beats(8 * 384)] * 2             # gathered x, identity
+    assert depths["ffn_down"] == [beats(8 * 1536), beats(8 * 384)]
+    assert depths["ffn_neg"] == [beats(8 * 1536)]
     assert depths["attn_dot[0]"] == [beats(8 * 32)] * 2             # Q and K of one head
-    assert depths["q"] == [16]
+    assert depths["q"] == [beats(8 * 384)]
 
 
 def test_fifo_depths_are_checked():

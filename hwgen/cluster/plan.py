@@ -575,9 +575,7 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
             widen.append(p.name)
         fmt = _format(p, seq_len, eb)
         sources.append((tid, p.name, c.index, fmt))
-        streams = p.module == 0 and chain.kinds[0] == "ibert-linear"
-        sentence_bytes.append(0 if streams else
-                              fmt.row_bytes * (1 if p.framing == "beat" else seq_len))
+        sentence_bytes.append(fmt.row_bytes * (1 if p.framing == "beat" else seq_len))
     if len(k.dests) != 1:
         raise ConfigError(lw, f"compute kernel {k.name} sends to "
                           f"{len(k.dests) or 'no'} destinations; its one output stream needs "
@@ -595,12 +593,12 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
                               f"of {out_fmt.row_bytes} bytes, the {g.kind} takes messages of "
                               f"{msg}", value=cfg.length)
     fmts = [f for *_, f in sources]
-    # Several inputs: the chain may need all of one (K before Q, V before P, the residual's
-    # identity until the linear's rows come) while the others keep arriving through the one
-    # packet port, which would block behind a full FIFO (a deadlock, seen in minilm_encoder).
-    # So each source's FIFO holds one sentence (M rows), except a linear's streamed input.
-    depths = [16 if len(sources) < 2 or not n else max(16, -(-n * 8 // data_bits) + 2)
-              for n in sentence_bytes]
+    # Every source's FIFO holds one sentence (M rows). The FPGA's packets for all its kernels
+    # share one input path, so a full FIFO blocks the packets behind it: a chain that needs all
+    # of one input first (K before Q, V before P, the residual's identity until the linear's
+    # rows come) or a kernel whose output returns through the same path (ffn_neg -> ffn_down on
+    # one FPGA) then deadlocks. Both were seen in minilm_encoder with 16-beat FIFOs.
+    depths = [max(16, -(-n * 8 // data_bits) + 2) for n in sentence_bytes]
     p2r = PacketsToRowsConfig.from_dict({
         "data_bits": data_bits, "fifo_depths": ",".join(map(str, depths)),
         "sources": ",".join(_source_spec(t, f) for t, _, _, f in sources),
