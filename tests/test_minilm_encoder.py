@@ -216,6 +216,28 @@ def test_minilm_whole_sentence(minilm_layers, minilm_params, sentences_rows):
 
 # -- the shipped files are what minilm.write_encoder_files writes -------------------------------
 
+#: The shipped files are one calibration's snapshot. Calibration runs float32 matmuls in
+#: torch, whose summation order (and so the last bits) differs between processors: activation
+#: scales are compared within this relative bound, and the integers derived from them (biases
+#: at the input scale) within 1. Weights depend only on the float weights: bit for bit.
+CALIBRATION_RTOL = 1e-5
+
+
+def _same_calibration(new, old, where):
+    if isinstance(old, dict):
+        assert isinstance(new, dict) and sorted(new) == sorted(old), where
+        for k in old:
+            _same_calibration(new[k], old[k], f"{where}.{k}")
+    elif isinstance(old, list):
+        assert isinstance(new, list) and len(new) == len(old), where
+        for k, (a, b) in enumerate(zip(new, old)):
+            _same_calibration(a, b, f"{where}[{k}]")
+    elif isinstance(old, float):
+        assert new == pytest.approx(old, rel=CALIBRATION_RTOL), where
+    else:
+        assert new == old, where
+
+
 @needs_minilm
 def test_shipped_files_regenerate(minilm_params, tmp_path):
     from hwgen.ibert import minilm
@@ -225,7 +247,14 @@ def test_shipped_files_regenerate(minilm_params, tmp_path):
         with np.load(path) as new, np.load(MINILM_DIR / path.name) as old:
             assert sorted(new.files) == sorted(old.files), path.name
             for name in new.files:
-                assert new[name].dtype == old[name].dtype, (path.name, name)
-                np.testing.assert_array_equal(new[name], old[name], err_msg=path.name)
+                a, b, where = new[name], old[name], f"{path.name}:{name}"
+                assert a.dtype == b.dtype and a.shape == b.shape, where
+                if a.dtype.kind == "f":
+                    np.testing.assert_allclose(a, b, rtol=CALIBRATION_RTOL, atol=0,
+                                               err_msg=where)
+                elif name == "w":
+                    np.testing.assert_array_equal(a, b, err_msg=where)
+                else:
+                    assert int(np.abs(a.astype(np.int64) - b).max(initial=0)) <= 1, where
     shipped = json.loads((describe.DESCRIPTIONS_DIR / "minilm_encoder.layers.json").read_text())
-    assert minilm.encoder_description(minilm_params, 0) == shipped
+    _same_calibration(minilm.encoder_description(minilm_params, 0), shipped, "layers")
