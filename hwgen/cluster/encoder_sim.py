@@ -179,8 +179,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     net = _fmt(runs[0], "s_axis_net")
     frames = [(hp.gateway_address, f) for pkt in hp.input_packets(x)
               for f in _frames(to_beats(pkt, desc.data_bits), net)]
-    expect_frames = sum(-(-hp.out_fmt.row_bytes // (MAX_PACKET_BYTES - 1))
-                        for _ in range(tokens))
+    expect_frames = tokens * -(-hp.out_fmt.row_bytes // hp.out_kernel.r2p.max_packet_bytes)
     host = Host(hp.address, frames, expect_frames)
     nodes = []
     for r in runs:
