@@ -518,10 +518,13 @@ def bench_chamvs(queries):
 @click.option("--measured", "measured", multiple=True, type=click.Path(dir_okay=False),
               help="A report of `hwgen cluster sim DESC --tokens M --json FILE` to print "
                    "beside the model (repeatable; e.g. minilm_encoder at M 1, 8, 38, 64).")
+@click.option("--minilm-tokens", "minilm_tokens", multiple=True, type=int,
+              help="Also simulate minilm_encoder across its six FPGAs at this M (repeatable; "
+                   "1..64; the first build of each M takes ~30 min on 2 cores).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where the simulations build and run [default: a temporary folder].")
 @reports_errors
-def bench_cluster(no_sim, measured, out_dir):
+def bench_cluster(no_sim, measured, minilm_tokens, out_dir):
     """Multi-FPGA I-BERT latency model: the paper's Table 2, Versal 860 us, hwgen's encoder,
     and X, T measured by simulating encoders across FPGAs."""
     from .checks import read_json
@@ -531,7 +534,12 @@ def bench_cluster(no_sim, measured, out_dir):
         if not isinstance(r, dict) or not {"tokens", "X", "T", "I", "path"} <= set(r):
             raise ConfigError("measured", "not a report of `hwgen cluster sim --tokens M "
                               "--json FILE` with X, T (a run that failed has none)", value=path)
-    if not run_bench(echo=click.echo, simulate=not no_sim, measured=reports, out_dir=out_dir):
+    for m in minilm_tokens:
+        if not 1 <= m <= 64:
+            raise ConfigError("minilm_tokens", "must be in 1..64 (the kernels' max_len)",
+                              value=m)
+    if not run_bench(echo=click.echo, simulate=not no_sim, measured=reports, out_dir=out_dir,
+                     minilm_tokens=minilm_tokens, echo_sim=click.echo):
         raise SimulationMismatch("the Table 2 reproduction is off by more than 0.5%, or a "
                                  "simulated encoder disagreed with its golden model")
 
@@ -629,6 +637,11 @@ def cluster_sim(description, out_dir, latency_ms, loss, seed, rounds, stall, tok
                f"{r['packets_received']} received; datagrams: {r['forwarded']} forwarded, "
                f"{r['dropped']} dropped; malformed {r['malformed']}; "
                f"build {r['build_s']:.1f} s, simulation {r['sim_s']:.1f} s")
+    if r["drops"]:
+        click.echo("packets dropped (status counters): " + ", ".join(
+            f"{k} {v}" for k, v in r["drops"].items()))
+    if r["stalled_at"] is not None:
+        click.echo(f"stalled: no network traffic after cycle {r['stalled_at']}; stopped")
     click.echo(f"mismatches == {r['mismatches']}")
     if json_path:
         Path(json_path).write_text(json.dumps(r, indent=2) + "\n")
@@ -661,12 +674,19 @@ def _cluster_sim_encoder(description, out_dir, latency_ms, loss, seed, stall, to
                    f"I (packet interval) {r['I']:.1f} cycles")
     click.echo(f"build {r['build_s']:.1f} s, simulation {r['sim_s']:.1f} s "
                f"({r['cycles_run']} cycles)")
+    if r["drops"]:
+        click.echo("packets dropped (status counters): " + ", ".join(
+            f"{k} {v}" for k, v in r["drops"].items()))
+    if r["stalled_at"] is not None:
+        click.echo(f"stalled: no network traffic after cycle {r['stalled_at']}; stopped")
     click.echo(f"mismatches == {r['mismatches']}")
     if json_path:
         Path(json_path).write_text(json.dumps(r, indent=2) + "\n")
     if r["mismatches"] or r["timeouts"] or r["rows_received"] != r["rows_expected"]:
         raise SimulationMismatch(f"{r['mismatches']} mismatches, {r['rows_received']} of "
-                                 f"{r['rows_expected']} rows, timeouts: {r['timeouts']}")
+                                 f"{r['rows_expected']} rows, timeouts: {r['timeouts']}"
+                                 + (f", stalled after cycle {r['stalled_at']}"
+                                    if r["stalled_at"] is not None else ""))
 
 
 @bench.command("recsys")

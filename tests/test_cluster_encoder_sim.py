@@ -27,6 +27,10 @@ def test_mini_encoder_end_to_end_is_bit_exact(tmp_path, tokens, stall):
     # the network's hop and the kernels' latencies put X, T in a plausible range
     assert r["hop_cycles"] < r["X"] <= r["T"] < r["cycles_run"]
     assert r["T"] - r["X"] == pytest.approx(r["I"] * (tokens - 1))
+    # nothing dropped anywhere; the heads' gather completed one round per row
+    assert r["drops"] == {} and r["stalled_at"] is None
+    rounds = [v for st in r["status"].values() for k, v in st.items() if k.endswith("_rounds")]
+    assert rounds and set(rounds) == {tokens}          # scatters, gather, broadcast
 
 
 @requires_verilator

@@ -232,6 +232,8 @@ def test_mini_tops_contain_kernels_and_adapters(mini):
         ports = json.loads((fdir / "ports.json").read_text())
         names = {s["name"] for s in ports["signals"]}
         assert {f"status_k{i}_dropped" for i in fp.computes} <= names
+        assert {f"status_k{i}_{s}" for i in fp.gmi_configs
+                for s in ("rounds", "drop_source", "drop_length", "drop_overrun")} <= names
         compute = json.loads((fdir / "compute.json").read_text())
         assert sorted(map(int, compute)) == sorted(fp.computes)
     # the chain modules: linear + requant in Q, attention + softmax in the heads

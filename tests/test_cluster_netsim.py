@@ -117,7 +117,7 @@ def test_hub_rejects_bad_loss():
         NetworkHub(loss=1.0)
 
 
-def lockstep_run(build, tmp_path, hop, seed):
+def lockstep_run(build, tmp_path, hop, seed, extra_expected=0, idle_cycles=0):
     """Node 1 sends 30 packets to the host (address 9; the run ends when the host has them
     all, after cycle 90 at least); the host sends 4 to node 2 (due at cycle hop + 1)."""
     build_dir, fmt = build
@@ -136,14 +136,14 @@ def lockstep_run(build, tmp_path, hop, seed):
                "expect": {}}
         nodes.append(NodeRun(f"node{addr}", "bridge", build_dir, job))
     host = Host(9, [(2, f) for p in from_host for f in _frames(to_beats(p, DATA_BITS), fmt)],
-                expect_frames=len(to_host))
+                expect_frames=len(to_host) + extra_expected)
     results, stats = run_cluster(nodes, tmp_path, seed=3, timeout_s=300, lockstep=hop,
-                                 host=host)
+                                 host=host, idle_cycles=idle_cycles)
     at_host = [(c, from_beats(_received_beats([f], fmt), DATA_BITS))
                for c, f in stats["host_received"]]
     at_2 = [from_beats(p, DATA_BITS) for f in results["node2"]["outputs"]["m_axis_k"]
             for p in split_packets(_received_beats([f], fmt))]
-    return to_host, from_host, at_host, at_2, results
+    return to_host, from_host, at_host, at_2, results, stats
 
 
 @requires_verilator
@@ -151,16 +151,32 @@ def test_lockstep_host_exchanges_and_cycles_are_reproducible(bridge_build, tmp_p
     """Lock-step mode: the host's packets reach node 2, node 1's reach the host in order with
     the sender's cycle; both nodes stop at the same barrier; a second run (other wall-clock
     timing) stamps the same cycles, and a longer hop only moves the stop barrier."""
-    to_host, from_host, at_host, at_2, results = lockstep_run(bridge_build, tmp_path / "a",
-                                                              32, 5)
+    to_host, from_host, at_host, at_2, results, stats = lockstep_run(bridge_build,
+                                                                     tmp_path / "a", 32, 5)
     assert [p for _, p in at_host] == to_host
     assert at_2 == from_host
     cycles = [c for c, _ in at_host]
     assert cycles == sorted(cycles) and 0 < cycles[0] < cycles[-1] < 32 * 40
     assert results["node1"]["cycles_run"] == results["node2"]["cycles_run"]
     assert results["node1"]["cycles_run"] % 32 == 0
+    assert stats["stalled_at"] is None
     again = lockstep_run(bridge_build, tmp_path / "b", 32, 5)[2]
     assert [c for c, _ in again] == cycles
+
+
+@requires_verilator
+def test_lockstep_stall_is_detected_and_stops_the_nodes(bridge_build, tmp_path):
+    """A host waiting for one frame more than is ever sent: with ``idle_cycles`` the run stops
+    (instead of running to the nodes' timeout) once the network has been quiet that long,
+    reports the cycle of the last traffic, and every node stops at the same barrier."""
+    to_host, _, at_host, _, results, stats = lockstep_run(
+        bridge_build, tmp_path, 32, 5, extra_expected=1, idle_cycles=2000)
+    assert [p for _, p in at_host] == to_host
+    last = max(c for c, _ in at_host)
+    assert stats["stalled_at"] == last                 # the sender's cycle of the last frame
+    runs = {r["cycles_run"] for r in results.values()}
+    assert len(runs) == 1 and stats["stalled_at"] + 2000 < runs.pop() < 200_000
+    assert not any(r["timeout"] for r in results.values())
 
 
 def test_hub_lockstep_needs_cycles_not_seconds():

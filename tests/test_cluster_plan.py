@@ -122,3 +122,34 @@ def test_plan_imports_no_gateware():
             "assert 'hwgen.cluster.top' not in sys.modules\n"
             "assert 'hwgen.cluster.builder' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_gather_buffers_a_sentence_of_rounds(ibert):
+    """A gather's members (the heads) run independently and a member ``depth`` rounds ahead
+    of the slowest loses packets: without ``params.depth`` the builder buffers M rounds (the
+    depth of 2 lost rows of minilm_encoder's 12 heads at M = 8). Broadcast and scatter keep
+    the default (they stall instead of dropping); an explicit depth wins."""
+    by_name = {f.name: f for f in ibert.cluster.fpgas}
+    for m, want in ((8, 8), (1, 2), (128, 128)):
+        fp = fpga_plan(ibert, by_name["fpga3"], 64, 1, seq_len=m)
+        (gid,) = [i for i, k in fp.gmi_kinds.items() if k == "gather"]
+        assert fp.gmi_configs[gid].depth == want
+    fp = fpga_plan(ibert, by_name["fpga1"], 64, 1, seq_len=8)
+    assert {c.depth for c in fp.gmi_configs.values()} == {2}
+    fp = fpga_plan(ibert, by_name["fpga3"], 64, 1, kernels="external")
+    assert [c.depth for c in fp.gmi_configs.values()] == [128]    # the default M, max_len
+
+
+def test_explicit_gather_depth_wins(tmp_path):
+    src = describe.DESCRIPTIONS_DIR
+    d = json.loads((src / "ibert_encoder.json").read_text())
+    layers = json.loads((src / d["layers"]).read_text())
+    gather = next(c for c in layers["connections"] if c.get("gmi") == "gather")
+    gather["params"]["depth"] = 5
+    (tmp_path / d["layers"]).write_text(json.dumps(layers))
+    (tmp_path / "enc.json").write_text(json.dumps(d))
+    p = plan(describe.load(tmp_path / "enc.json"))[0]
+    fpga = next(f for f in p.cluster.fpgas
+                if any(p.kernels[i].kind == "gather" for i in p.fpga_kernels[f.name]))
+    fp = fpga_plan(p, fpga, 64, 1, seq_len=8)
+    assert [c.depth for c in fp.gmi_configs.values()] == [5]

@@ -48,14 +48,17 @@ def measured_encoder(reports, echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ,
 
 
 def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPER_D_US,
-                  simulate=True, measured=(), out_dir=None):
+                  simulate=True, measured=(), out_dir=None, minilm_tokens=(), echo_sim=None):
     """Print the tables; return True when every Table 2 entry is within
     :data:`TOLERANCE_PCT` of the paper and the Versal estimate rounds to 860 us.
 
     ``simulate``: also run ``mini_encoder`` across its two FPGAs for M in
     :data:`MINI_TOKENS` (:mod:`hwgen.cluster.encoder_sim`, builds cached) and print the
     measured X, T beside the model; ``measured``: reports (``hwgen cluster sim ... --json``)
-    of other encoders to print the same way (e.g. ``minilm_encoder`` at M 1, 8, 38, 64)."""
+    of other encoders to print the same way (e.g. ``minilm_encoder`` at M 1, 8, 38, 64);
+    ``minilm_tokens``: also simulate ``minilm_encoder`` across its six FPGAs at these M (hop
+    220 cycles, the paper's d; no stalls). Each M builds six tops for that M: about 30 min of
+    Verilator on 2 cores the first time, minutes once cached (``build/cache/cluster-sim``)."""
     ok = True
     echo(f"Latency of L = {L} encoders: T + (L-1)(X+d) (paper eq. 1); Table 1 cycles at "
          f"{clock_mhz:g} MHz")
@@ -102,11 +105,17 @@ def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPE
     groups = {}
     for r in measured:
         groups.setdefault(r["description"], []).append(r)
-    if simulate:
+    if simulate or minilm_tokens:
         import tempfile
         from pathlib import Path
         from .encoder_sim import run
         base = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="hwgen-bench-"))
+    for m in minilm_tokens:
+        echo(f"simulating minilm_encoder (6 FPGAs) at M = {m} (first build ~30 min) ...")
+        r = dict(run("minilm_encoder", base / f"minilm-m{m}", tokens=m, stall=0.0,
+                     log=echo_sim, echo=echo_sim))
+        groups.setdefault(r["description"], []).append(r)
+    if simulate:
         reports = []
         for m in MINI_TOKENS:
             echo(f"simulating mini_encoder (2 FPGAs) at M = {m} ...")

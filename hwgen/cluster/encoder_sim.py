@@ -149,10 +149,13 @@ def check_options(*, tokens, seed, stall, hop):
 
 
 def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=None,
-        timeout_cycles=20_000_000, timeout_s=3600, log=None, echo=None):
+        timeout_cycles=20_000_000, timeout_s=3600, idle_cycles=200_000, log=None, echo=None):
     """Build for ``tokens`` rows, simulate and compare; returns the report dict
     (``mismatches``, ``X``, ``T``, ``I``, ``rows`` ...). ``x``: the input rows (default:
-    :func:`input_rows` of ``seed``; :func:`sentence_rows` for a real sentence)."""
+    :func:`input_rows` of ``seed``; :func:`sentence_rows` for a real sentence).
+    ``idle_cycles``: a cluster with no network traffic for this many cycles has stalled and
+    is stopped (``stalled_at`` in the report); ``drops`` lists every nonzero drop counter of
+    the tops (``status_*drop*``: routers, gateway, packet adapters, GMI kernels)."""
     from ..flow.simulate import _frames, _received_beats
     from .layer_golden import run as golden_run
     from .multifpga import _fmt, prepare
@@ -193,7 +196,8 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
         nodes.append(NodeRun(f"{r.plan.cluster.name}_{r.fpga.name}", r.top, r.build_dir, job))
     t1 = time.monotonic()
     results, stats = run_cluster(nodes, Path(out_dir) / "run", seed=seed, timeout_s=timeout_s,
-                                 echo=echo, lockstep=hop, host=host)
+                                 echo=echo, lockstep=hop, host=host,
+                                 idle_cycles=idle_cycles)
     t_sim = time.monotonic() - t1
     got_frames = stats["host_received"]
     packets, malformed = [], 0
@@ -207,6 +211,9 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     bad_rows = [i for i in range(n) if not np.array_equal(rows[i], want[i])]
     mismatches = sum(int(np.sum(rows[i] != want[i])) for i in bad_rows) + \
         (len(want) - n) * want.shape[1] + (len(rows) - n) * hp.out_fmt.row_elems
+    drops = {f"{node}.{k}": v for node, res in results.items()
+             for k, v in sorted((res or {}).get("status", {}).items())
+             if "drop" in k and isinstance(v, int) and v}
     cycles = [c for c, _ in got_frames]
     arrive = hop                                   # the input's first packet at the gateway
     timing = {}
@@ -219,8 +226,10 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
             "rows_expected": len(want), "rows_received": len(rows),
             "mismatches": int(mismatches), "mismatched_rows": bad_rows[:20],
             "malformed": malformed, "hop_cycles": hop, "stall": stall, "seed": seed,
-            **timing, "cycles_run": max(r["cycles_run"] for r in results.values()),
+            **timing, "output_cycles": cycles, "cycles_run": max(r["cycles_run"] for r in results.values()),
             "timeouts": [k for k, v in results.items() if v["timeout"]],
             "forwarded": stats["forwarded"], "dropped": stats["dropped"],
             "unknown_destination": stats["unknown_destination"],
+            "stalled_at": stats["stalled_at"], "drops": drops,
+            "status": {node: (res or {}).get("status", {}) for node, res in results.items()},
             "fpgas": len(runs), "build_s": round(t_build, 1), "sim_s": round(t_sim, 1)}

@@ -66,7 +66,7 @@ class GMIConfig(Config):
     cluster_id: int = param(0, "this cluster's id, sent in TUSER bits 15:8", lo=0, hi=255)
     depth: int = param(2, "rounds buffered (a member may run this many rounds ahead of the "
                        "oldest incomplete round; a round waits here while being sent)",
-                       lo=1, hi=8)
+                       lo=1, hi=4096)
 
     def check(self):
         last = self.first_member + self.members - 1

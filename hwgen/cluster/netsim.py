@@ -66,9 +66,13 @@ class NetworkHub:
         Probability of dropping a datagram (0 .. 0.99); drops are logged in :attr:`dropped`.
     seed : int
         Seed of the loss draws.
+    idle_cycles : int
+        Lock-step mode: at a barrier more than this many cycles after the sender's cycle of the
+        last datagram, stop every node (:attr:`stalled_at` = that cycle); 0: never.
     """
 
-    def __init__(self, latency_s=0.0, loss=0.0, seed=1, *, lockstep_nodes=0, host=None):
+    def __init__(self, latency_s=0.0, loss=0.0, seed=1, *, lockstep_nodes=0, host=None,
+                 idle_cycles=0):
         if not 0.0 <= loss < 1.0:
             raise ValueError("loss must be in 0 .. 0.99")
         if lockstep_nodes and latency_s:
@@ -93,6 +97,9 @@ class NetworkHub:
         self.ticks = {}                # cycle -> addresses that reported it
         self.cycle = 0                 # the last released cycle (lock-step mode)
         self.stop_requested = False
+        self.idle_cycles = idle_cycles
+        self.traffic_cycle = 0         # sender's cycle of the last datagram (lock-step mode)
+        self.stalled_at = None         # traffic_cycle when idle_cycles ran out
         self.host = host
         self.host_received = []        # (sender's cycle or None, beats) of frames to the host
         if host is not None:
@@ -152,6 +159,7 @@ class NetworkHub:
                 continue
             record = {"src": msg["src"], "dst": msg["dst"], "seq": msg["seq"],
                       "beats": len(msg["beats"])}
+            self.traffic_cycle = max(self.traffic_cycle, int(msg.get("cycle") or 0))
             if self.host is not None and int(msg["dst"]) == self.host.address:
                 self.forwarded.append(record)
                 self.host_received.append((msg.get("cycle"), msg["beats"]))
@@ -174,6 +182,10 @@ class NetworkHub:
                 _, _, dst, raw = heapq.heappop(self._queue)
                 self.sock.sendto(raw, dst)
         self.cycle = cycle
+        if self.idle_cycles and self.stalled_at is None and \
+                cycle - self.traffic_cycle > self.idle_cycles:
+            self.stalled_at = self.traffic_cycle
+            self.stop_requested = True
         release = json.dumps({"release": cycle, "stop": self.stop_requested
                               or self.host_complete}).encode()
         for a in got:
@@ -216,13 +228,15 @@ def _progress(path):
 
 
 def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5,
-                timeout_s=600, echo=None, lockstep=0, host=None):
+                timeout_s=600, echo=None, lockstep=0, host=None, idle_cycles=0):
     """Simulate ``nodes`` (:class:`NodeRun`) concurrently joined by a :class:`NetworkHub`.
 
     ``lockstep``: the network hop in cycles (0: free-running simulators, see the module
     docstring); ``host``: a :class:`Host` on the network. Returns ``(results by node name, hub
     statistics and logs)``; with a host, ``stats["host_received"]`` lists its frames as
-    ``(cycle, beats)``.
+    ``(cycle, beats)``. ``idle_cycles`` (lock-step only; 0: off): stop every node when no
+    datagram has been forwarded and the host received nothing for this many cycles, a stalled
+    cluster (``stats["stalled_at"]``: the cycle of the last network activity, else None).
     """
     from ..flow.verilator import run_testbench
 
@@ -231,7 +245,7 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     stop_file = run_dir / "stop"
     stop_file.unlink(missing_ok=True)
     hub = NetworkHub(latency_s, loss, seed, lockstep_nodes=len(nodes) if lockstep else 0,
-                     host=host).start()
+                     host=host, idle_cycles=idle_cycles).start()
     errors, threads = {}, []
     try:
         for node in nodes:
@@ -269,7 +283,7 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
             complete = ready and all(p["complete"] for p in progress)
             quiet = time.monotonic() - max(last_change, hub.last_activity) > settle_s
             if lockstep:
-                pass                    # the hub stops the nodes (host complete, or below)
+                pass                    # the hub stops the nodes (host complete, stalled, below)
             elif ready and sent_all and hub.in_flight == 0 and (complete or quiet):
                 stop_file.write_text("stop")
             if echo and lockstep:
@@ -300,4 +314,5 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     stats["unknown_log"] = [r for held in hub.pending.values() for r, _ in held]
     stats["unknown_destination"] = len(stats["unknown_log"])
     stats["host_received"] = hub.host_received
+    stats["stalled_at"] = hub.stalled_at
     return {n.name: n.result for n in nodes}, stats

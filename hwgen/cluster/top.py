@@ -31,7 +31,9 @@ TID, TUSER, TLAST):
 * ``s_axis_cfg``: the router's configuration stream (``router_cfg.hex`` of the build loads both
   routing tables); ``status_*``: the router's delivered/dropped counters; on the gateway's
   FPGA also ``status_gw_delivered`` / ``status_gw_dropped_<kind>`` (the gateway's packet
-  decoder, :data:`~hwgen.cluster.switch.DROP_KINDS`).
+  decoder, :data:`~hwgen.cluster.switch.DROP_KINDS`); for every GMI kernel ``id`` here
+  ``status_k<id>_rounds`` / ``_drop_source`` / ``_drop_length`` / ``_drop_overrun`` (its
+  ``stat_*`` counters, :data:`~hwgen.cluster.gmi.STATUS_PORTS`).
 
 Dataflow: every local kernel output, and the gateway's outputs (point-to-point packets with the
 header stripped and what its virtual GMI kernels send) -> output switch (round-robin,
@@ -87,6 +89,7 @@ class FPGATop(wiring.Component):
     def __init__(self, fpga_plan):
         from .router import addr_layout, cfg_layout
         from .switch import COUNTER_BITS, DROP_KINDS, status_name
+        from .gmi import STATUS_PORTS as GMI_STATUS
         self.fpga_plan = fp = fpga_plan
         self.data_bits = fp.data_bits
         self.external = list(fp.external)
@@ -103,6 +106,8 @@ class FPGATop(wiring.Component):
             sig[f"i_k{i}"] = In(stream.Signature(layout))
         self.computes = dict(fp.computes)
         sig.update({f"status_k{i}_dropped": Out(COUNTER_BITS) for i in self.computes})
+        sig.update({f"status_k{i}_{name[len('stat_'):]}": Out(COUNTER_BITS)
+                    for i in fp.gmi_kinds for name in GMI_STATUS})
         sig["status_delivered"] = Out(COUNTER_BITS)
         sig.update({status_name(k): Out(COUNTER_BITS) for k in DROP_KINDS})
         self._status = ["status_delivered"] + [status_name(k) for k in DROP_KINDS]
@@ -113,7 +118,7 @@ class FPGATop(wiring.Component):
         super().__init__(sig)
 
     def elaborate(self, platform):
-        from .gmi import gmi_component
+        from .gmi import STATUS_PORTS, gmi_component
         from .header import HeaderAttacher
         from .router import Router
         from .switch import KernelSwitch, SwitchConfig
@@ -137,6 +142,9 @@ class FPGATop(wiring.Component):
         for i, kind in fp.gmi_kinds.items():
             g = gmi_component(kind, self.gmi_configs[i])
             m.submodules[f"gmi_k{i}"] = g
+            for name in STATUS_PORTS:
+                m.d.comb += getattr(self, f"status_k{i}_{name[len('stat_'):]}").eq(
+                    getattr(g, name))
             ends.append((i, g.i_pkt, g.o_pkt))
         sources = [wiring.flipped(src) if i in self.external and src is
                    getattr(self, f"i_k{i}") else src for i, _, src in ends]
