@@ -175,3 +175,37 @@ def test_minilm_gelu_slice_simulates_bit_exact(minilm_files, tmp_path):
     cfg = GeluConfig(in_bits=32, lanes=6, row=20, scale_file=str(path))
     assert len(set(cfg.constants[0].tolist())) > 10           # really per channel
     sim_exact("ibert-gelu", cfg, items=40)
+
+
+@pytest.mark.parametrize("case", ["odd", "coarse", "spread"])
+def test_negate_per_column_amaranth(tmp_path, case):
+    """``negate``: the per-column datapath gives exactly ``-int_gelu`` (the constants absorb
+    the sign: ``-floor(w / 2**14) == floor((2**14 - 1 - w) / 2**14)``), the output range and
+    scale are the negated ones."""
+    from dataclasses import replace
+    cfg = column_config(tmp_path, case, 1)
+    neg = replace(cfg, negate=True)
+    stim = GeluModel.stimulus(neg, 24, np.random.default_rng(3))
+    want, _ = golden.int_gelu(stim["q"], cfg.scale_value)
+    got = run_core(Gelu(neg), GeluModel.inputs(neg, stim)["i_x"], "y")
+    assert got == GeluModel.expect(neg, stim)["o_y"]
+    assert GeluModel.expect(neg, stim)["o_y"] != GeluModel.expect(cfg, stim)["o_y"]
+    assert neg.out_range == tuple(-v for v in reversed(cfg.out_range))
+    assert np.array_equal(neg.out_scale, -cfg.out_scale) and (neg.out_scale > 0).all()
+    assert lo_hi_holds(neg.out_range, -want)
+
+
+def lo_hi_holds(rng, y):
+    return rng[0] <= int(y.min()) and int(y.max()) <= rng[1]
+
+
+@pytest.mark.parametrize("values", [{"scale": 0.05, "in_bits": 8, "lanes": 3, "row": 7},
+                                    {"scale": 1e-4, "in_bits": 12, "lanes": 2, "row": 5},
+                                    {"scale": 3.7e-5, "in_bits": 32, "lanes": 4, "row": 9}])
+def test_negate_scalar_amaranth(values):
+    cfg = GeluConfig(**values, negate=True)
+    stim = GeluModel.stimulus(cfg, 30, np.random.default_rng(5))
+    y, _ = golden.int_gelu(stim["q"], cfg.scale_value)
+    got = run_core(Gelu(cfg), GeluModel.inputs(cfg, stim)["i_x"], "y")
+    assert got == GeluModel.expect(cfg, stim)["o_y"]
+    assert lo_hi_holds(cfg.out_range, -y) and cfg.out_scale > 0

@@ -27,6 +27,13 @@ a vector of ``row`` scales; the reference's ``IntGELU`` then has per-channel ``b
 in the row, ``b`` at the input and ``(K1, K2)`` where ``d*d`` leaves its multiplier (the second
 ROM's address is the delayed beat counter, so the constants are not carried down the pipeline);
 both ROMs' outputs are registered once more before use (one stage more than the scalar path).
+
+``negate`` gives ``y = -i-GELU(q)`` at the positive output scale ``-out_scale`` with no logic
+added: ``-floor(w / 2**14) == floor((2**14 - 1 - w) / 2**14)``, so ``-z`` is ``(K1' - d*d) >> 14``
+for ``q > 0`` and ``(d*d + K2') >> 14`` for ``q < 0`` with ``K1' = 2**14 - 1 - K1`` and
+``K2' = 2**14 - 1 - K2``: the same adder with the sign's roles swapped and other constants.
+(A requantisation takes positive scales only; the reference's negative GELU scale otherwise
+needs a negation kernel after it, ``minilm_encoder``'s ``ffn_neg``.)
 """
 
 from dataclasses import dataclass
@@ -51,6 +58,8 @@ __all__ = ["GeluConfig", "Gelu", "GeluModel", "TEST_CONFIGS"]
 
 INT64 = (-(1 << 63), (1 << 63) - 1)
 SHIFT = golden.GELU_CONST
+#: ``-floor(w / 2**SHIFT) == floor((NEG_FLOOR - w) / 2**SHIFT)`` (``negate``).
+NEG_FLOOR = (1 << SHIFT) - 1
 
 
 def _interval_product(a, b):
@@ -96,6 +105,8 @@ class GeluConfig(Config):
                                 "in_scale, as in hwgen.ibert.minilm.export's layer<L>_gelu.npz) "
                                 "of row scales, one per column (after a per-channel "
                                 "QuantLinear); replaces scale (empty: scale for every column)")
+    negate: bool = param(False, "output -i-GELU(q) at the positive scale -out_scale (exact, "
+                                "no extra logic: the constants absorb the sign)")
 
     def check(self):
         if self.scale_file:
@@ -170,6 +181,24 @@ class GeluConfig(Config):
         return np.array(b, dtype=np.int64), k1, k2
 
     @property
+    def hw_folded(self):
+        """``(b, K1, K2)`` as the datapath adds them (:attr:`folded`, or with :attr:`negate`
+        ``2**14 - 1 - K1`` and ``2**14 - 1 - K2``, the sign's roles swapped)."""
+        b, k1, k2 = self.folded
+        if not self.negate:
+            return b, k1, k2
+        if self.per_column:
+            return b, tuple(NEG_FLOOR - k for k in k1), tuple(NEG_FLOOR - k for k in k2)
+        return b, NEG_FLOOR - k1, NEG_FLOOR - k2
+
+    @property
+    def out_scale(self):
+        """The output scale: ``gelu_constants(scale)[3]`` (negative), positive with
+        :attr:`negate` (float32; a vector with :attr:`per_column`)."""
+        s = self.constants[3]
+        return -s if self.negate else s
+
+    @property
     def b_min(self):
         """The most negative ``b`` over the columns."""
         return min(f[0] for f in self.column_folded)
@@ -183,6 +212,8 @@ class GeluConfig(Config):
         """Ranges of ``w >> 14`` for positive and for negative inputs (``d*d`` in ``0..b*b``),
         over all columns."""
         pos, neg = zip(*(_z_ranges(*f) for f in self.column_folded))
+        if self.negate:
+            return tuple((-hi, -lo) for lo, hi in (_union(pos), _union(neg)))
         return _union(pos), _union(neg)
 
     @property
@@ -216,7 +247,8 @@ class GeluConfig(Config):
         """Range of ``y``, per input sign: where ``|q| >= -b`` the clip makes ``z`` constant
         (``K1 >> 14`` or ``K2 >> 14``: these extremes are attained), below it an interval
         product with the whole range of ``z``; and 0."""
-        return _union(_out_range(self.q_range, *f) for f in self.column_folded)
+        lo, hi = _union(_out_range(self.q_range, *f) for f in self.column_folded)
+        return (-hi, -lo) if self.negate else (lo, hi)
 
     @property
     def out_bits(self):
@@ -251,8 +283,9 @@ class GeluConfig(Config):
         return model
 
     def derived(self):
-        b, c, shift, out_scale = self.constants
-        _, k1, k2 = self.folded
+        b, c, shift, _ = self.constants
+        out_scale = self.out_scale
+        _, k1, k2 = self.hw_folded
         if self.per_column:
             d = {f"{n}_range": [int(min(v)), int(max(v))]
                  for n, v in (("b_int", b), ("c_int", c), ("shift_int", shift), ("k_pos", k1),
@@ -304,7 +337,8 @@ class Gelu(wiring.Component):
         and ignored.
     o_y : ``Out(stream.Signature(payload_out(config)))``
         ``y[lanes]`` (``config.out_bits`` signed: every result fits), ``last`` copied from the
-        input beat; padding lanes are 0. Output scale ``config.constants[3]``.
+        input beat; padding lanes are 0. Output scale ``config.out_scale`` (negative, or
+        positive with ``negate``: then ``y`` is the negated i-GELU).
 
     Timing
     ------
@@ -347,7 +381,7 @@ class Gelu(wiring.Component):
         m = Module()
         if c.per_column:
             return self._elaborate_columns(m)
-        b, k1, k2 = c.folded
+        b, k1, k2 = c.hw_folded
         qlo, _ = c.q_range
 
         def lane(m, k, p):
@@ -372,7 +406,10 @@ class Gelu(wiring.Component):
         m.d.sync += d.eq(Mux(u[-1], u, 0))
         sq, sq_stages = split_multiply(m, d, d, name=f"sq{k}")
         neg_w = delay(m, negative, 1 + sq_stages, name=f"neg{k}")
-        m.d.sync += z.eq(Mux(neg_w, k2 - sq, sq + k1) >> SHIFT)
+        if c.negate:                                           # -z (module docstring)
+            m.d.sync += z.eq(Mux(neg_w, sq + k2, k1 - sq) >> SHIFT)
+        else:
+            m.d.sync += z.eq(Mux(neg_w, k2 - sq, sq + k1) >> SHIFT)
         q_z = delay(m, q, 2 + sq_stages, name=f"q{k}")
         y, y_stages = split_multiply(m, q_z, z, name=f"y{k}")
         return y, 2 + sq_stages + y_stages
@@ -383,8 +420,8 @@ class Gelu(wiring.Component):
         init)}`` of the ROMs ``b`` (``b``) and ``k`` (``pos``: ``K1``, ``neg``: ``K2``). Beat
         ``j``, lane ``i`` holds column ``j * lanes + i`` (0 past the row)."""
         c = config
-        _, k1, k2 = c.folded
-        cols = c.column_folded + [(0, 0, 0)] * (c.beats_per_row * c.lanes - c.row)
+        b, k1, k2 = c.hw_folded
+        cols = list(zip(b.tolist(), k1, k2)) + [(0, 0, 0)] * (c.beats_per_row * c.lanes - c.row)
 
         def beats(entry):
             return [[entry(*cols[j * c.lanes + i]) for i in range(c.lanes)]
@@ -499,6 +536,8 @@ class GeluModel(StreamModel):
         per-column scales of ``scale_file``), packed like the input as ``y`` with zero padding
         lanes and ``last`` on each row's final beat."""
         y, _ = golden.int_gelu(stim["q"], config.scale_value)
+        if config.negate:
+            y = -y
         return {"o_y": to_beats({"y": y}, config.lanes)}
 
 
@@ -506,11 +545,14 @@ class GeluModel(StreamModel):
 #: reached), 1 lane with a row of 5; 3 lanes with padded rows of 12-bit inputs at a fine scale
 #: (b = -25018: the clip lies beyond the input range); a scale so coarse that b = -1; 7 lanes
 #: of 32-bit inputs;
-#: and the BERT-base size (intermediate row 3072, 16 lanes, INT32 in).
+#: the BERT-base size (intermediate row 3072, 16 lanes, INT32 in); and ``negate`` with the clip
+#: reached and padded rows.
 TEST_CONFIGS = (
     {"scale": 0.05, "in_bits": 8, "lanes": 1, "row": 5},
     {"scale": 1e-4, "in_bits": 12, "lanes": 3, "row": 11},
     {"scale": 10.0, "in_bits": 12, "lanes": 2, "row": 9},
     {"scale": 3.7e-5, "in_bits": 32, "lanes": 7, "row": 40},
     {},
+    # negate: -i-GELU, clip reached (b = -51) and padded rows
+    {"scale": 0.05, "in_bits": 8, "lanes": 3, "row": 7, "negate": True},
 )
