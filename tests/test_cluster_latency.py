@@ -85,21 +85,6 @@ def test_sizes_from_layers_reads_the_descriptions():
     assert (mini.hidden, mini.heads, mini.ffn, mini.max_len, mini.dot_pes) == (16, 2, 32, 4, 2)
     mm = lat.sizes_from_layers(load("minilm_encoder").clusters[0].layers)
     assert (mm.hidden, mm.heads, mm.ffn, mm.down_tiles) == (384, 12, 1536, 16)
-    assert mm.neg_tiles == 32 and ib.neg_tiles == mini.neg_tiles == 0
-
-
-def test_ffn_neg_stage_adds_its_linear():
-    """minilm_encoder's ffn_neg (1536 x 1536 linear, 32 tiles x 48 PEs: 1,536 cycles a row)
-    sits between the GELU and ffn_down: in steady state it paces the rows, so T grows by at
-    least (M - 1) x 1536 cycles over the same encoder without it."""
-    from dataclasses import replace
-    from hwgen.cluster.describe import load
-    mm = lat.sizes_from_layers(load("minilm_encoder").clusters[0].layers)
-    with_neg, without = lat.encoder_timing(8, mm), lat.encoder_timing(8, replace(mm, neg_tiles=0))
-    assert "linear_ffn_neg" in with_neg["stages"] and "linear_ffn_neg" not in without["stages"]
-    first, last = with_neg["stages"]["linear_ffn_neg"]
-    assert last - first >= 7 * 1536
-    assert with_neg["T"] > without["T"] + 7 * (1536 - 768)
 
 
 def test_bench_prints_a_measured_report_beside_the_model(tmp_path):

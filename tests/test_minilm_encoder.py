@@ -165,8 +165,9 @@ def test_minilm_description_places_output_at_the_virtual_broadcast():
     p = plan.plan(d)
     p = p[0] if isinstance(p, (list, tuple)) else p
     ids = {k.name: k.id for k in p.kernels.values()}
-    assert ids["bcast_in"] == 39 and ids["ffn_neg"] == 33 and ids["ln2"] == 32
-    assert d.clusters[0].output == {"cluster": 1, "kernel": 39, "ip": "10.1.4.100"}
+    assert ids["bcast_in"] == 38 and ids["ln2"] == 32 and "ffn_neg" not in ids
+    assert max(ids.values()) == 38                      # the paper's ids, as ibert_encoder
+    assert d.clusters[0].output == {"cluster": 1, "kernel": 38, "ip": "10.1.4.100"}
     assert len(d.clusters[0].fpgas) == 6
 
 
@@ -201,7 +202,6 @@ def test_minilm_layer_golden_equals_encoder_layer(minilm_layers, minilm_params,
         assert got.shape == (m, 384)
         np.testing.assert_array_equal(got, want)
         saturated += int((trace["gelu_out"][0] == 127).sum())
-        assert trace["gelu_out"][0].min() > -128       # the negation's one precondition
     assert saturated > 0            # the case a sign flip in ffn_down's weights would miss
 
 

@@ -100,15 +100,13 @@ class EncoderSizes:
     ln_lanes: int = 8
     max_len: int = 128
     down_tiles: int = 0          # tiles of the FFN's second linear (0: ffn_tiles)
-    neg_tiles: int = 0           # minilm_encoder's ffn_neg (ffn x ffn linear + 2 requants; 0: none)
 
 
 def sizes_from_layers(layers):
     """The :class:`EncoderSizes` of a layers description structured as
     ``ibert_encoder.layers.json`` (layers ``q``, ``attn_dot``, ``softmax_matmul``, ``ffn_up``,
     ``ln1``; :mod:`hwgen.cluster.describe`), from its modules' parameters. Stages the model
-    does not have are left out; ``minilm_encoder``'s ``ffn_neg`` (a linear by -I between
-    the GELU and ``ffn_down``) is modelled as a stage (``neg_tiles``)."""
+    does not have are left out."""
     by = {l.name: l for l in layers.layers}
     missing = [n for n in ("q", "attn_dot", "softmax_matmul", "ffn_up", "ln1") if n not in by]
     if missing:
@@ -125,8 +123,6 @@ def sizes_from_layers(layers):
                         ffn_tiles=up["tiles"], dot_pes=dot["pes"], smm_pes=smm["pes"],
                         down_tiles=params("ffn_down", "ibert-linear")["tiles"]
                         if "ffn_down" in by else 0,
-                        neg_tiles=params("ffn_neg", "ibert-linear")["tiles"]
-                        if "ffn_neg" in by else 0,
                         lanes=params("q", "ibert-requant").get("lanes", 16),
                         ln_lanes=params("ln1", "ibert-layernorm").get("lanes", 8),
                         max_len=dot["max_len"])
@@ -161,10 +157,7 @@ def _stage_params(sizes, m):
     linear("attn_out", H, H, sizes.tiles)
     linear("ffn_up", H, sizes.ffn, sizes.ffn_tiles)
     linear("ffn_down", sizes.ffn, H, sizes.down_tiles or sizes.ffn_tiles)
-    if sizes.neg_tiles:
-        linear("ffn_neg", sizes.ffn, sizes.ffn, sizes.neg_tiles)
-    for name, row, ident in (("quant", H, False), ("quant_res", H, True), ("quant_head", d, False),
-                             ("quant_ffn", sizes.ffn, False)):
+    for name, row, ident in (("quant", H, False), ("quant_res", H, True), ("quant_head", d, False)):
         cfg = RequantConfig(row=row, lanes=min(sizes.lanes, row), identity=ident)
         rowwise(name, cfg.performance(rows=1), cfg.beats_per_row)
     g = GeluConfig(row=sizes.ffn, lanes=sizes.lanes)
@@ -235,9 +228,6 @@ def encoder_timing(m, sizes=EncoderSizes(), hop_cycles=0, input_period=None):
     res1 = [max(a, b) for a, b in zip(stage("linear_attn_out", ctx, "attn_out"), inp)]
     ln1 = stage("layernorm1", stage("quant_res1", res1, "quant_res"), "ln")
     up = stage("gelu", stage("linear_ffn_up", ln1, "ffn_up"))
-    if sizes.neg_tiles:                 # ffn_neg: linear by -I, requantised twice
-        up = stage("linear_ffn_neg", up, "ffn_neg")
-        up = stage("quant_neg2", stage("quant_neg1", up, "quant_ffn"), "quant_ffn")
     down = [max(a, b) for a, b in zip(stage("linear_ffn_down", up, "ffn_down"), ln1)]
     out = stage("layernorm2", stage("quant_res2", down, "quant_res"), "ln")
     ln_beats = st["ln"][1]

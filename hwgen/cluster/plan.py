@@ -605,8 +605,10 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
     # Every source's FIFO holds one sentence (M rows). The FPGA's packets for all its kernels
     # share one input path, so a full FIFO blocks the packets behind it: a chain that needs all
     # of one input first (K before Q, V before P, the residual's identity until the linear's
-    # rows come) or a kernel whose output returns through the same path (ffn_neg -> ffn_down on
-    # one FPGA) then deadlocks. Both were seen in minilm_encoder with 16-beat FIFOs.
+    # rows come) deadlocks (seen in minilm_encoder with 16-beat FIFOs: attn_out's identity), as
+    # would a kernel whose output returns through the same path to a kernel on its own FPGA.
+    # The FIFOs of inputs that never wait were deepened too, on a misdiagnosis (the second
+    # stop was the gather's lost rows, see gmi_config): safe, but not shown to be needed.
     depths = [max(16, -(-n * 8 // data_bits) + 2) for n in sentence_bytes]
     p2r = PacketsToRowsConfig.from_dict({
         "data_bits": data_bits, "fifo_depths": ",".join(map(str, depths)),

@@ -32,8 +32,8 @@ both ROMs' outputs are registered once more before use (one stage more than the 
 added: ``-floor(w / 2**14) == floor((2**14 - 1 - w) / 2**14)``, so ``-z`` is ``(K1' - d*d) >> 14``
 for ``q > 0`` and ``(d*d + K2') >> 14`` for ``q < 0`` with ``K1' = 2**14 - 1 - K1`` and
 ``K2' = 2**14 - 1 - K2``: the same adder with the sign's roles swapped and other constants.
-(A requantisation takes positive scales only; the reference's negative GELU scale otherwise
-needs a negation kernel after it, ``minilm_encoder``'s ``ffn_neg``.)
+(A requantisation takes positive scales only: ``minilm_encoder``'s GELU runs negated so that
+its requantisation gets the positive scale, and needs no negation kernel.)
 """
 
 from dataclasses import dataclass

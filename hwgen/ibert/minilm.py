@@ -478,7 +478,7 @@ def cosine_table(n_sentences=500, threads=1):
 #: float32 per-column input scales for ``ibert-requant`` (``scale_in_file``), ``scale``
 #: float32 per-column input scales for ``ibert-gelu`` (``scale_file``), ``bias_int`` int32 for
 #: ``ibert-layernorm`` (``params``).
-ENCODER_FILES = ("q", "k", "v", "attn_out", "ln1", "ffn_up", "ffn_neg", "ffn_down", "ln2")
+ENCODER_FILES = ("q", "k", "v", "attn_out", "ln1", "ffn_up", "ffn_down", "ln2")
 
 
 def encoder_arrays(p, layer=0):
@@ -507,15 +507,12 @@ def encoder_arrays(p, layer=0):
     if not (s_gelu < 0).all():
         raise ValueError("i-GELU's output scales are expected negative")
     # i-GELU's output scale is negative (its sigmoid scale carries the polynomial's -0.2888),
-    # ibert-requant takes positive scales only: ffn_up requantises with -s_gelu, which gives
-    # the negated integers (half-to-even rounding and batch_frexp's half-up mantissa are
-    # symmetric; clamp8(-u) = clamp8(-clamp8(u)) while u <= 127), and ffn_neg multiplies by
-    # -I (a 1536 x 1536 linear: a linear needs the matrices' rows, which only a kernel's
-    # input has) and requantises by 1 (clamp8) before pre_output_act.
+    # ibert-requant takes positive scales only: the kernel's GELU runs with ``negate`` (-y at
+    # the positive scale -s_gelu) and its requantisation with -s_gelu, which equals the
+    # reference's requantisation of y at s_gelu exactly (requant(-q, -s) == requant(q, s):
+    # half-to-even rounding and batch_frexp's half-up mantissa are symmetric).
     out["ffn_up"] = {"w": up["w"], "b": up["b"], "scale": up["scale_in"],
                      "scale_in": -s_gelu}
-    n = len(s_gelu)
-    out["ffn_neg"] = {"w": -np.eye(n, dtype=np.int8), "b": np.zeros(n, dtype=np.int32)}
     return out
 
 
@@ -545,11 +542,9 @@ def encoder_description(p=None, layer=0, files="minilm", max_len=64):
     Where :func:`encoder.encoder_layer` requantises twice in a row (LayerNorm's ``attn_out``
     then ``ffn_in``; GELU's ``gelu_out`` then ``ffn_mid``) the chain has two
     ``ibert-requant`` modules: the double rounding and clamping is not one requantisation.
-    i-GELU's output scale is negative, ``ibert-requant``'s scales positive: ``ffn_up``
-    requantises with ``-s_gelu`` (the negated integers ``G``, exactly) and the extra kernel
-    ``ffn_neg`` computes ``G @ (-I)``, requantises it by 1 (``clamp8(-G)``, equal to
-    ``gelu_out`` while i-GELU's real output stays above ``-127 * gelu_out`` scale, which
-    GELU's minimum of -0.17 guarantees) and then to ``ffn_mid``.
+    i-GELU's output scale is negative, ``ibert-requant``'s scales positive: ``ffn_up``'s
+    GELU runs with ``negate`` (``-y`` at ``-s_gelu``, exactly) and its requantisation to
+    ``gelu_out`` takes ``-s_gelu`` (:func:`encoder_arrays`), then a second one to ``ffn_mid``.
     """
     import tempfile
 
@@ -600,7 +595,7 @@ def encoder_description(p=None, layer=0, files="minilm", max_len=64):
         np.savez(path, **arrays)
         return str(path)
 
-    gelu_bits = GeluConfig(row=ffn, lanes=16, scale_file=tmp_file(
+    gelu_bits = GeluConfig(row=ffn, lanes=16, negate=True, scale_file=tmp_file(
         "gelu", scale=arrays["ffn_up"]["scale"])).out_bits
     s_scores = encoder.attention_score_scale(a["query"], a["key"], d)
     s_probs = g.softmax_constants(s_scores, a["softmax16"])["out_scale"]
@@ -631,16 +626,13 @@ def encoder_description(p=None, layer=0, files="minilm", max_len=64):
         {"name": "ffn_up", "label": "Linear+GELU+Quant", "modules": [
             linear("ffn_up", hidden, ffn),
             {"kind": "ibert-gelu", "params": {"row": ffn, "lanes": 16,
-                                              "scale_file": f("ffn_up")}},
-            requant(ffn, a["gelu_out"], in_bits=gelu_bits, scale_in_file=f("ffn_up"))]},
+                                              "scale_file": f("ffn_up"), "negate": True}},
+            requant(ffn, a["gelu_out"], in_bits=gelu_bits, scale_in_file=f("ffn_up")),
+            requant(ffn, a["ffn_mid"], in_bits=8, scale_in=fl(a["gelu_out"]))]},
         linear_requant("ffn_down", "Linear+Quant (residual)", n_in=ffn,
                        scale_out=a["ffn_residual"], bits=22, identity=True,
                        identity_scale=fl(a["ffn_in"]), identity_bits=8),
         norm("ln2", lp["ln2"]["shift"], a["out"]),
-        {"name": "ffn_neg", "label": "Linear(-I)+Quant+Quant", "modules": [
-            linear("ffn_neg", ffn, ffn),
-            requant(ffn, a["gelu_out"], scale_in=fl(a["gelu_out"])),
-            requant(ffn, a["ffn_mid"], in_bits=8, scale_in=fl(a["gelu_out"]))]},
     ]
     tmp.cleanup()
     bcast = {"length": hidden}
@@ -657,8 +649,7 @@ def encoder_description(p=None, layer=0, files="minilm", max_len=64):
         {"from": "attn_out", "to": "ln1"},
         {"name": "bcast_ln1", "from": "ln1", "to": ["ffn_up", "ffn_down"], "gmi": "broadcast",
          "params": bcast, "port": {"ffn_up": "i_0_x", "ffn_down": "i_1_id"}},
-        {"from": "ffn_up", "to": "ffn_neg"},
-        {"from": "ffn_neg", "to": "ffn_down", "port": "i_0_x"},
+        {"from": "ffn_up", "to": "ffn_down", "port": "i_0_x"},
         {"from": "ffn_down", "to": "ln2"},
         {"from": "ln2", "to": "output"},
         {"name": "bcast_in", "from": "input", "to": ["q", "k", "v", "attn_out"],
@@ -674,12 +665,11 @@ def encoder_description(p=None, layer=0, files="minilm", max_len=64):
         "bit (tests/test_minilm_encoder.py). File parameters are relative to this file. As in "
         "IBertLayer, LayerNorm 1's output is requantised twice (attn_out, then "
         "pre_intermediate_act ffn_in: what the FFN and the second residual take). i-GELU's "
-        "output scale is negative and ibert-requant takes positive scales only: ffn_up "
-        "requantises GELU with the negated scales (exactly the negated integers) and ffn_neg "
-        "(not in the paper) negates them back (a linear of -I, 1536 x 1536) and requantises "
-        "by 1 then to pre_output_act (ffn_mid); it is last so that the broadcast's members "
-        "(ffn_up, ffn_down) keep contiguous ids. Compute kernel ids 1..33 (ffn_neg is 33), GMI "
-        "kernels 34..38, the gateway's virtual broadcast 39.")
+        "output scale is negative and ibert-requant takes positive scales only: ffn_up's GELU "
+        "runs with negate (-y at the positive scale -s_gelu, exact) and is requantised at that "
+        "scale to gelu_out (the reference's integers exactly), then to pre_output_act "
+        "(ffn_mid). Compute kernel ids 1..32, GMI kernels 33..37, the gateway's virtual "
+        "broadcast 38, as in ibert_encoder.")
     return {"name": "minilm-encoder", "comment": comment, "layers": layers,
             "connections": connections}
 
