@@ -125,6 +125,12 @@ def test_unevaluable_graphs_raise(mini):
     with pytest.raises(layer_golden.LayerGoldenError, match=r"attn_dot\[0\]: no connection "
                        r"feeds input\(s\) i_0_k"):
         layer_golden.run(broken, x)
+    from dataclasses import replace
+    renamed = tuple(replace(c, port="i_9_q") if c.name == "scatter_q" else c
+                    for c in mini.connections)
+    with pytest.raises(layer_golden.LayerGoldenError, match=r"\(scatter_q\) -> attn_dot\[0\]: "
+                       r"attn_dot\[0\] has no input i_9_q; its chain inputs: i_0_q, i_0_k"):
+        layer_golden.run(describe.LayerDescription(mini.name, mini.layers, renamed), x)
     with pytest.raises(layer_golden.LayerGoldenError, match="takes rows of 16 elements"):
         layer_golden.run(mini, np.zeros((2, 12), dtype=np.int64))
     with pytest.raises(layer_golden.LayerGoldenError, match="beyond the GMI.s signed 8-bit"):

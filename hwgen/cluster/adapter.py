@@ -83,6 +83,7 @@ from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from .packet import Packet, packet_layout, to_beats
+from .row_layout import row_layout, shape_range
 
 __all__ = ["ELEM_BITS", "RowFormat", "row_format_from_ports", "RowToPacketsConfig",
            "PacketsToRowsConfig", "RowToPackets", "PacketsToRows", "join_rows",
@@ -165,19 +166,14 @@ class RowFormat:
         return self.lanes.bit_length()
 
     def layout(self):
-        """The kernel-side payload: ``field``, [``count``], [``last_row``], ``last``."""
-        shape = data.ArrayLayout(self.shape, self.lanes) if self.array else self.shape
-        fields = {self.field: shape}
-        if self.count:
-            fields["count"] = unsigned(self.count_bits)
-        if self.rows:
-            fields["last_row"] = 1
-        fields["last"] = 1
-        return data.StructLayout(fields)
+        """The kernel-side payload: ``field``, [``count``], [``last_row``], ``last``
+        (:func:`~hwgen.cluster.row_layout.row_layout`)."""
+        return row_layout(self.field, self.shape, self.lanes, array=self.array,
+                          count_bits=self.count_bits if self.count else 0,
+                          last_row=bool(self.rows))
 
     def value_range(self):
-        b = self.bits
-        return (-(1 << (b - 1)), (1 << (b - 1)) - 1) if self.signed else (0, (1 << b) - 1)
+        return shape_range(self.shape)
 
 
 FORMAT_KEYS = tuple(f.name for f in dc_fields(RowFormat))

@@ -77,7 +77,7 @@ from functools import cached_property
 
 import numpy as np
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import registry
@@ -85,6 +85,7 @@ from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..ibert.stream_rows import beats_per_row, to_beats
+from .row_layout import row_layout
 
 __all__ = ["RowPort", "kernel_ports", "KINDS", "Regroup", "ChainPlan", "chain_plan",
            "KernelChain", "KernelChainConfig", "KernelChainModel", "TEST_CONFIGS",
@@ -131,17 +132,12 @@ class RowPort:
         return self.lanes.bit_length()
 
     def layout(self, extra=True):
-        """The payload: ``field`` [, ``extra`` fields][, ``count``][, ``last_row``], ``last``."""
-        fields = {self.field: data.ArrayLayout(self.shape, self.lanes) if self.array
-                  else self.shape}
-        for name, shape in (self.extra if extra else ()):
-            fields[name] = data.ArrayLayout(shape, self.lanes)
-        if self.count:
-            fields["count"] = unsigned(self.count_bits)
-        if self.last_row:
-            fields["last_row"] = 1
-        fields["last"] = 1
-        return data.StructLayout(fields)
+        """The payload: ``field`` [, ``extra`` fields][, ``count``][, ``last_row``], ``last``
+        (:func:`~hwgen.cluster.row_layout.row_layout`)."""
+        return row_layout(self.field, self.shape, self.lanes, array=self.array,
+                          extra=self.extra if extra else (),
+                          count_bits=self.count_bits if self.count else 0,
+                          last_row=self.last_row)
 
     def extra_port(self, field, shape):
         """The row stream of a further field of this beat, as its own input."""

@@ -69,7 +69,8 @@ from ..errors import ConfigError
 
 __all__ = ["Module", "Layer", "Connection", "LayerDescription", "FPGA", "Cluster",
            "Description", "load", "parse", "parse_layers", "GMI_KINDS", "FAN_OUT", "FAN_IN",
-           "MAX_KERNELS", "MAX_CLUSTERS", "DESCRIPTIONS_DIR", "FILE_PARAMS"]
+           "MAX_KERNELS", "MAX_CLUSTERS", "DESCRIPTIONS_DIR", "FILE_PARAMS", "PortError",
+           "assign_ports"]
 
 GMI_KINDS = ("broadcast", "scatter", "gather", "reduce")
 FAN_OUT = ("broadcast", "scatter")
@@ -118,6 +119,45 @@ class Connection:
     @property
     def virtual(self):
         return self.gmi is not None and self.src == ("input",)
+
+
+class PortError(ValueError):
+    """:func:`assign_ports` could not match a connection to a chain input: ``connection`` (a
+    :class:`Connection`), ``value`` (the ``port`` given, if any)."""
+
+    def __init__(self, connection, message, value=None):
+        super().__init__(message)
+        self.connection, self.value = connection, value
+
+
+def assign_ports(instance, names, feeds, connection=lambda feed: feed):
+    """``{chain input name: feed}`` of compute kernel ``instance`` whose chain inputs are
+    ``names``: first the feeds whose connection names a ``port`` for it, then each other one
+    takes the single input left. ``connection(feed)`` is a feed's :class:`Connection` (feeds
+    are connections by default). Raises :class:`PortError` for an unknown input, an input fed
+    twice, or a default with not exactly one input left; inputs left unfed are the caller's
+    to report."""
+    fed = {}
+    for explicit in (True, False):
+        for feed in feeds:
+            c = connection(feed)
+            port = c.port_of(instance)
+            if (port is not None) != explicit:
+                continue
+            if port is None:
+                free = [n for n in names if n not in fed]
+                if len(free) != 1:
+                    raise PortError(c, f"{instance} has inputs " + ", ".join(free or ["none"])
+                                    + " left: name the one this connection feeds with `port`")
+                port = free[0]
+            elif port not in names:
+                raise PortError(c, f"{instance} has no input {port}; its chain inputs: "
+                                + ", ".join(names), port)
+            if port in fed:
+                raise PortError(c, f"input {port} of {instance} is already fed by "
+                                f"connections[{connection(fed[port]).index}]", port)
+            fed[port] = feed
+    return fed
 
 
 @dataclass(frozen=True)

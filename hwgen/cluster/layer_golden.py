@@ -37,6 +37,8 @@ import numpy as np
 from amaranth.hdl import Shape
 
 from .compute import KINDS, chain_plan, decode_rows, propagate
+from .describe import PortError, assign_ports
+from .row_layout import shape_range
 
 __all__ = ["LayerGoldenError", "run", "ports", "evaluate_chain"]
 
@@ -58,27 +60,12 @@ def ports(layers):
     for inst, plan in plans.items():
         names = [p.name for p in plan.inputs]
         feeds = [c for c in layers.connections if inst in c.dst]
-        fed = {}
-        for explicit in (True, False):
-            for c in feeds:
-                port = c.port_of(inst)
-                if (port is not None) != explicit:
-                    continue
-                where = f"connections[{c.index}] ({c.name}) -> {inst}"
-                if port is None:
-                    free = [n for n in names if n not in fed]
-                    if len(free) != 1:
-                        raise LayerGoldenError(f"{where}: {inst} has inputs "
-                                               f"{', '.join(free) or 'none'} left; name one "
-                                               "with `port`")
-                    port = free[0]
-                elif port not in names:
-                    raise LayerGoldenError(f"{where}: {inst} has no input {port} (its chain "
-                                           f"inputs: {', '.join(names)})")
-                if port in fed:
-                    raise LayerGoldenError(f"{where}: input {port} is already fed by "
-                                           f"connections[{fed[port].index}]")
-                fed[port] = c
+        try:
+            fed = assign_ports(inst, names, feeds)
+        except PortError as e:
+            c = e.connection
+            raise LayerGoldenError(f"connections[{c.index}] ({c.name}) -> {inst}: {e}") \
+                from None
         missing = [n for n in names if n not in fed]
         if missing:
             raise LayerGoldenError(f"{inst}: no connection feeds input(s) {', '.join(missing)}")
@@ -87,9 +74,7 @@ def ports(layers):
 
 
 def _fits(rows, shape):
-    s = Shape.cast(shape)
-    lo, hi = ((-(1 << (s.width - 1)), (1 << (s.width - 1)) - 1) if s.signed
-              else (0, (1 << s.width) - 1))
+    lo, hi = shape_range(shape)
     return not rows.size or (rows.min() >= lo and rows.max() <= hi)
 
 

@@ -463,30 +463,18 @@ def _assign_ports(k, chain, feeds, where):
     """``{input name: (tid, connection, sender)}`` from the connections' ``port`` keys and the
     one-unfed-input default."""
     names = [p.name for p in chain.inputs]
-    fed = {}
-    for pass_explicit in (True, False):
-        for tid, c, sender in feeds:
-            port = c.port_of(k.name)
-            if (port is not None) != pass_explicit:
-                continue
-            w = f"{where}[{c.index}].port"
-            if port is None:
-                free = [n for n in names if n not in fed]
-                if len(free) != 1:
-                    raise ConfigError(w, f"{k.name} has inputs " + ", ".join(free or ["none"])
-                                      + " left: name the one this connection feeds with "
-                                      "`port`")
-                port = free[0]
-            elif port not in names:
-                raise ConfigError(w, f"{k.name} has no input {port}; its chain inputs: "
-                                  + ", ".join(names), value=port)
-            if port in fed:
-                raise ConfigError(w, f"input {port} of {k.name} is already fed by "
-                                  f"connections[{fed[port][1].index}]", value=port)
-            if any(t == tid for t, _, _ in fed.values()):
-                raise ConfigError(w, f"{k.name} receives two streams from kernel {tid}: "
-                                  "packets are told apart by source id only", value=port)
-            fed[port] = (tid, c, sender)
+    try:
+        fed = D.assign_ports(k.name, names, feeds, connection=lambda feed: feed[1])
+    except D.PortError as e:
+        raise ConfigError(f"{where}[{e.connection.index}].port", str(e), value=e.value) \
+            from None
+    seen = set()
+    for port, (tid, c, _) in fed.items():          # in the order of assignment
+        if tid in seen:
+            raise ConfigError(f"{where}[{c.index}].port", f"{k.name} receives two streams "
+                              f"from kernel {tid}: packets are told apart by source id only",
+                              value=port)
+        seen.add(tid)
     missing = [n for n in names if n not in fed]
     if missing:
         raise ConfigError(where, f"compute kernel {k.name}: no connection feeds input(s) "
