@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from hwgen.cli import main
-from hwgen.cluster import encoder_sim, layer_golden
+from hwgen.cluster import encoder_sim, layer_golden, router_load
 from hwgen.errors import ConfigError
 
 from conftest import requires_verilator
@@ -31,6 +31,10 @@ def test_mini_encoder_end_to_end_is_bit_exact(tmp_path, tokens, stall):
     assert r["drops"] == {} and r["stalled_at"] is None
     rounds = [v for st in r["status"].values() for k, v in st.items() if k.endswith("_rounds")]
     assert rounds and set(rounds) == {tokens}          # scatters, gather, broadcast
+    # every packet an FPGA sent passed its router: the plan's count equals the router's
+    load = router_load.description_load("mini_encoder", tokens)
+    assert {n: v["packets"] for n, v in load.items()} == \
+        {n: st["status_delivered"] for n, st in r["status"].items()}
 
 
 @requires_verilator

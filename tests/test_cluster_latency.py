@@ -113,3 +113,19 @@ def test_bench_prints_a_measured_report_beside_the_model(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hwgen.cli", "bench", "cluster", "--no-sim",
                           "--minilm-tokens", "65"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "minilm_tokens" in out.stderr + out.stdout
+
+
+def test_router_load_counts_packets_and_beats():
+    """minilm_encoder at M 8: fpga1 sends, per token, q/k/v's rows (48 beats each) to its own
+    scatters, the scatters' 12 chunks of 32 bytes (4 beats) each, and the gateway's broadcast
+    of the input row to q, k, v and attn_out (4 x 48 beats): 43 packets, 480 beats a token
+    (the simulation's status_delivered was 344 packets)."""
+    from hwgen.cluster.router_load import description_load, packet_beats
+    assert packet_beats(0, 100, 64) == (0, 0)
+    assert packet_beats(1536, 4095, 64) == (1, 192)
+    assert packet_beats(10, 4, 64) == (3, 3)
+    load = description_load("minilm_encoder", 8)
+    assert load["minilm0_fpga1"]["packets"] == 8 * 43
+    assert load["minilm0_fpga1"]["beats"] == 8 * (3 * 48 + 3 * 12 * 4 + 4 * 48)
+    assert load["minilm0_fpga6"] == {"packets": 8, "beats": 8 * 192,
+                                     "kernels": {30: (8, 8 * 192)}}

@@ -26,6 +26,7 @@ def measured_encoder(reports, echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ,
     hops as the simulated hop once per FPGA crossing is not modelled: left out) and the
     paper's Table 1; returns the rows printed."""
     from .describe import load
+    from .router_load import description_load
     rows = []
     desc = load(reports[0]["path"])
     sizes = lat.sizes_from_layers(desc.clusters[0].layers)
@@ -44,6 +45,15 @@ def measured_encoder(reports, echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ,
         rows.append({"tokens": m, "X": r["X"], "T": r["T"], "I": r["I"],
                      "model_X": model["X"], "model_T": model["T"], "err_X_pct": ex,
                      "err_T_pct": et, "latency_L_ms": ms})
+    for r in sorted(reports, key=lambda r: r["tokens"]):
+        load = description_load(desc, r["tokens"])
+        busiest = max(load, key=lambda k: load[k]["beats"])
+        echo(f"  M = {r['tokens']}: beats through each FPGA's router per sentence (the model "
+             "has no term for them): " + ", ".join(
+                 f"{k.split('_', 1)[-1]} {v['beats']}" for k, v in load.items())
+             + f"; {busiest.split('_', 1)[-1]}'s router alone is busy >= "
+             f"{load[busiest]['beats']} cycles ({load[busiest]['beats'] / r['tokens']:.0f} "
+             "a token)")
     return rows
 
 
