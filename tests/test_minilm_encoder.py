@@ -172,7 +172,7 @@ def test_minilm_description_places_output_at_the_virtual_broadcast():
     p = p[0] if isinstance(p, (list, tuple)) else p
     ids = {k.name: k.id for k in p.kernels.values()}
     assert ids["bcast_in"] == 38 and ids["ln2"] == 32 and "ffn_neg" not in ids
-    assert max(ids.values()) == 38                      # the paper's ids, as ibert_encoder
+    assert max(ids.values()) == 38                      # no reserved id (ibert_encoder: 33)
     assert d.clusters[0].output == {"cluster": 1, "kernel": 38, "ip": "10.1.4.100"}
     assert len(d.clusters[0].fpgas) == 6
 

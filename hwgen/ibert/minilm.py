@@ -669,7 +669,8 @@ def encoder_description(p=None, layer=0, files="minilm", max_len=64):
         "runs with negate (-y at the positive scale -s_gelu, exact) and is requantised at that "
         "scale to gelu_out (the reference's integers exactly), then to pre_output_act "
         "(ffn_mid). Compute kernel ids 1..32, GMI kernels 33..37, the gateway's virtual "
-        "broadcast 38, as in ibert_encoder.")
+        "broadcast 38 (ibert_encoder reserves id 33 to keep the paper's 34..39; this "
+        "description does not).")
     return {"name": "minilm-encoder", "comment": comment, "layers": layers,
             "connections": connections}
 
