@@ -223,7 +223,7 @@ def test_mini_tops_contain_kernels_and_adapters(mini):
         text = (fdir / f"{fp.name}.v").read_text()
         inst = set(re.findall(r"^  \\\S+\s+(\w+) \(", text, re.M))
         for i in fp.computes:
-            assert {f"kernel_k{i}", f"pkt2row_k{i}", f"row2pkt_k{i}"} <= inst, i
+            assert {f"kernel_k{i}", f"pkt2row_k{i}", f"row2pkt_k{i}", f"pktbuf_k{i}"} <= inst, i
         assert {f"gmi_k{i}" for i in fp.gmi_configs} <= inst
         assert {"out_switch", "in_switch", "router", "merge", "split"} <= inst
         assert ("gateway" in inst) == (fp.gateway is not None)
@@ -231,7 +231,8 @@ def test_mini_tops_contain_kernels_and_adapters(mini):
         assert not re.search(r"s_axis_k\d+|m_axis_k\d+", text)     # no kernel ports left
         ports = json.loads((fdir / "ports.json").read_text())
         names = {s["name"] for s in ports["signals"]}
-        assert {f"status_k{i}_dropped" for i in fp.computes} <= names
+        assert {f"status_k{i}_{s}" for i in fp.computes for s in ("dropped", "pktbuf_dropped")} \
+            <= names
         assert {f"status_k{i}_{s}" for i in fp.gmi_configs
                 for s in ("rounds", "drop_source", "drop_length", "drop_overrun")} <= names
         compute = json.loads((fdir / "compute.json").read_text())

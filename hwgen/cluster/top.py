@@ -16,8 +16,16 @@ TID, TUSER, TLAST):
   :class:`~hwgen.cluster.compute.Regroup` ``widen_k<id>_<input>`` where the packets carry
   narrower elements than the input takes) and sending through a
   :class:`~hwgen.cluster.adapter.RowToPackets` ``row2pkt_k<id>`` (TID = ``id``, TDEST = its
-  destination); ``status_k<id>_dropped`` counts the packets of unknown source ids its
-  ``pkt2row`` dropped.
+  destination), then a store-and-forward buffer ``pktbuf_k<id>``
+  (:class:`~hwgen.cluster.switch.PacketFilter`, one packet of the kernel's longest);
+  ``status_k<id>_dropped`` counts the packets of unknown source ids its ``pkt2row`` dropped,
+  ``status_k<id>_pktbuf_dropped`` the malformed packets the buffer dropped (none, unless a
+  packet is longer than the buffer's ``max_beats``: a bug).
+  The buffer matters: the output switch grants an input until its TLAST, and a kernel emits
+  a row as slowly as it computes it (a linear one group of outputs every ``S`` cycles), so a
+  row's packet streamed straight into the switch held the FPGA's one output path for the
+  kernel's whole row time. In ``minilm_encoder`` fpga4's ``ln2`` output waited behind
+  ``ffn_down``'s next row (768 cycles); only the last row, with nothing behind it, left on time.
 * Compute kernels outside (``kernels="external"``): ``m_axis_k<id>`` / ``s_axis_k<id>``: to /
   from each compute kernel ``id`` of this FPGA (built by ``hwgen build <kind>``).
 * Kernel 0 has no ports: the gateway only receives inter-cluster packets and sends what it
@@ -83,6 +91,15 @@ class InterSplit(wiring.Component):
         return m
 
 
+def packet_buffer_beats(cp):
+    """Beats of the longest packet compute kernel ``cp`` (a
+    :class:`~hwgen.cluster.plan.ComputePlan`) sends: its row, or ``max_packet_bytes`` when
+    rows are split, plus the header byte of an inter-cluster packet."""
+    r = cp.r2p
+    nbytes = min(r.row_elems * r.elem_bits // 8, r.max_packet_bytes) + int(cp.header)
+    return -(-nbytes * 8 // r.data_bits)
+
+
 class FPGATop(wiring.Component):
     """Top level of one FPGA of a cluster (see the module docstring)."""
 
@@ -106,6 +123,7 @@ class FPGATop(wiring.Component):
             sig[f"i_k{i}"] = In(stream.Signature(layout))
         self.computes = dict(fp.computes)
         sig.update({f"status_k{i}_dropped": Out(COUNTER_BITS) for i in self.computes})
+        sig.update({f"status_k{i}_pktbuf_dropped": Out(COUNTER_BITS) for i in self.computes})
         sig.update({f"status_k{i}_{name[len('stat_'):]}": Out(COUNTER_BITS)
                     for i in fp.gmi_kinds for name in GMI_STATUS})
         sig["status_delivered"] = Out(COUNTER_BITS)
@@ -208,6 +226,7 @@ class FPGATop(wiring.Component):
         from .adapter import PacketsToRows, RowToPackets
         from .compute import KernelChain, Regroup
         from .header import HeaderAttacher
+        from .switch import DROP_KINDS, PacketFilter, status_name
         i, fp = cp.id, self.fpga_plan
         chain = KernelChain(cp.chain)
         p2r, r2p = PacketsToRows(cp.p2r), RowToPackets(cp.r2p)
@@ -235,4 +254,9 @@ class FPGATop(wiring.Component):
             m.submodules[f"header_k{i}"] = att
             connect(m, out, att.i_pkt)
             out = att.o_pkt
-        return p2r.i_pkt, out
+        buf = PacketFilter(self.data_bits, packet_buffer_beats(cp))
+        m.submodules[f"pktbuf_k{i}"] = buf
+        connect(m, out, buf.i_pkt)
+        m.d.comb += getattr(self, f"status_k{i}_pktbuf_dropped").eq(
+            sum(getattr(buf, status_name(k)) for k in DROP_KINDS))
+        return p2r.i_pkt, buf.o_pkt
