@@ -127,15 +127,16 @@ def test_plan_imports_no_gateware():
 def test_gather_buffers_a_sentence_of_rounds(ibert):
     """A gather's members (the heads) run independently and a member ``depth`` rounds ahead
     of the slowest loses packets: without ``params.depth`` the builder buffers M rounds (the
-    depth of 2 lost rows of minilm_encoder's 12 heads at M = 8). Broadcast and scatter keep
-    the default (they stall instead of dropping); an explicit depth wins."""
+    depth of 2 lost rows of minilm_encoder's 12 heads at M = 8); broadcast and scatter too
+    (they stall their input, which comes through the router their output needs); an explicit
+    depth wins."""
     by_name = {f.name: f for f in ibert.cluster.fpgas}
     for m, want in ((8, 8), (1, 2), (128, 128)):
         fp = fpga_plan(ibert, by_name["fpga3"], 64, 1, seq_len=m)
         (gid,) = [i for i, k in fp.gmi_kinds.items() if k == "gather"]
         assert fp.gmi_configs[gid].depth == want
     fp = fpga_plan(ibert, by_name["fpga1"], 64, 1, seq_len=8)
-    assert {c.depth for c in fp.gmi_configs.values()} == {2}
+    assert {c.depth for c in fp.gmi_configs.values()} == {8}
     fp = fpga_plan(ibert, by_name["fpga3"], 64, 1, kernels="external")
     assert [c.depth for c in fp.gmi_configs.values()] == [128]    # the default M, max_len
 

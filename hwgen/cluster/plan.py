@@ -271,12 +271,17 @@ def gmi_config(k, plan, data_bits, seq_len=0):
     """:class:`~hwgen.cluster.gmi.GMIConfig` of the communication kernel ``k`` of ``plan``;
     a ConfigError names the connection (its ``to`` or ``params.<name>``).
 
-    A gather or reduce without ``params.depth`` buffers ``max(2, seq_len)`` rounds: its members
-    (the heads of an attention) run independently, and a member that is ``depth`` rounds ahead
-    of the slowest has its packets dropped (``stat_drop_overrun``; stalling it instead would
-    block the slow member's packets behind it on the shared input path). Within one sentence of
-    M rows no member can be more than M rounds ahead. With the old default of 2, 12 heads of
-    ``minilm_encoder`` at M = 8 lost rows and the encoder stopped after 4 of 8."""
+    A GMI kernel without ``params.depth`` buffers ``max(2, seq_len)`` rounds, a sentence:
+
+    * gather/reduce: the members (the heads of an attention) run independently, and a member
+      that is ``depth`` rounds ahead of the slowest has its packets dropped
+      (``stat_drop_overrun``; stalling it would block the slow member's packets behind it on
+      the shared input path). Within one sentence no member is more than M rounds ahead. With
+      the old default of 2, 12 heads of ``minilm_encoder`` at M = 8 lost rows (4 of 8 out).
+    * broadcast/scatter: a full buffer stalls the input, and the input comes through the
+      FPGA's router, which its own output needs: a packet for a full scatter blocks the router
+      and with it the scatter's output (``minilm_encoder``'s fpga1 stopped after one round once
+      Q/K/V's rows reached the router whole, behind the packet buffers)."""
     from .gmi import GMIConfig
     where = _connection(plan, k)
     members = list(k.members)
@@ -288,7 +293,7 @@ def gmi_config(k, plan, data_bits, seq_len=0):
     values = {"members": len(members), "first_member": members[0], "kernel_id": k.id,
               "root": root, "cluster_id": plan.cluster.id, "data_bits": data_bits,
               **k.gmi.params}
-    if k.gmi.gmi in D.FAN_IN and "depth" not in k.gmi.params:
+    if "depth" not in k.gmi.params:
         values["depth"] = max(2, seq_len)
     try:
         return GMIConfig.from_dict(values)
