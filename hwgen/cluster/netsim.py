@@ -234,9 +234,9 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     ``lockstep``: the network hop in cycles (0: free-running simulators, see the module
     docstring); ``host``: a :class:`Host` on the network. Returns ``(results by node name, hub
     statistics and logs)``; with a host, ``stats["host_received"]`` lists its frames as
-    ``(cycle, beats)``. ``idle_cycles`` (lock-step only; 0: off): stop every node when no
-    datagram has been forwarded and the host received nothing for this many cycles, a stalled
-    cluster (``stats["stalled_at"]``: the cycle of the last network activity, else None).
+    ``(cycle, beats)``. ``idle_cycles`` (lock-step only; 0: off): stop every node at the first
+    barrier more than this many cycles after the sender's cycle of the last datagram, a stalled
+    cluster (``stats["stalled_at"]``: that sender's cycle, else None; :class:`NetworkHub`).
     """
     from ..flow.verilator import run_testbench
 

@@ -43,7 +43,7 @@ def router_load(fpga_plans, m):
         for i, cp in fp.computes.items():
             r = cp.r2p
             rows = 1 if cp.chain.output.framing == "beat" else m
-            p, b = packet_beats(r.row_elems * r.elem_bits // 8, r.max_packet_bytes, r.data_bits)
+            p, b = packet_beats(r.format.row_bytes, r.max_packet_bytes, r.data_bits)
             kernels[i] = (rows * p, rows * b)
         gmis = dict(fp.gmi_configs)
         kinds = dict(fp.gmi_kinds)

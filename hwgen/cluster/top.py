@@ -95,9 +95,10 @@ def packet_buffer_beats(cp):
     """Beats of the longest packet compute kernel ``cp`` (a
     :class:`~hwgen.cluster.plan.ComputePlan`) sends: its row, or ``max_packet_bytes`` when
     rows are split, plus the header byte of an inter-cluster packet."""
+    from .router_load import packet_beats
     r = cp.r2p
-    nbytes = min(r.row_elems * r.elem_bits // 8, r.max_packet_bytes) + int(cp.header)
-    return -(-nbytes * 8 // r.data_bits)
+    nbytes = min(r.format.row_bytes, r.max_packet_bytes) + int(cp.header)
+    return packet_beats(nbytes, nbytes, r.data_bits)[1]
 
 
 class FPGATop(wiring.Component):
