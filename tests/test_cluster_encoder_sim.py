@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from hwgen.cli import main
-from hwgen.cluster import encoder_sim, layer_golden, router_load
+from hwgen.cluster import encoder_sim, layer_golden, packet_model, router_load
 from hwgen.errors import ConfigError
 
 from conftest import requires_verilator
@@ -35,6 +35,12 @@ def test_mini_encoder_end_to_end_is_bit_exact(tmp_path, tokens, stall):
     load = router_load.description_load("mini_encoder", tokens)
     assert {n: v["packets"] for n, v in load.items()} == \
         {n: st["status_delivered"] for n, st in r["status"].items()}
+    if stall == 0:
+        # the packet model predicts the simulated X and T within the 5% goal
+        model = packet_model.packet_timing("mini_encoder", tokens, r["hop_cycles"],
+                                           r["input_beats"])
+        assert model["X"] == pytest.approx(r["X"], rel=0.05)
+        assert model["T"] == pytest.approx(r["T"], rel=0.05)
 
 
 @requires_verilator

@@ -33,6 +33,7 @@ from pathlib import Path
 from . import describe as D
 from .plan import (ClusterPlan, Kernel, Role, fpga_plan, plan, plan_cluster, router_cfg_beats,
                    routing_tables)
+from .top import packet_buffer_beats
 
 __all__ = ["Kernel", "ClusterPlan", "plan", "plan_cluster", "build", "routing_tables",
            "write_tops", "summary_lines", "FPGA_COLOURS"]
@@ -226,25 +227,31 @@ def write_tops(plan, plans, desc, cdir, log=None, kernels="inside"):
 RESOURCE_KEYS = ("lut", "ff", "bram", "uram", "dsp")
 
 
-class _Shell:
-    """What :func:`hwgen.flow.synth.synthesize` needs of a configuration, for a top without
-    its compute kernels (switches, router, GMI kernels, gateway, header attachers)."""
+class _Part:
+    """What :func:`hwgen.flow.synth.synthesize` needs of a configuration, for a part of a top
+    that has no registered configuration of its own: ``args`` key the cache (their
+    ``repr``), ``obj`` is what the part's ``build_core`` builds from (default ``args``)."""
 
-    def __init__(self, fp):
+    def __init__(self, label, args, obj=None):
         import hashlib
-        self.fp = fp
-        self.key = hashlib.sha256(repr((fp.name, fp.data_bits, fp.router, fp.headers,
-                                        fp.dest_cluster, sorted(fp.gmi_configs.items()),
-                                        fp.gateway, fp.external)).encode()).hexdigest()
+        self.label, self.args, self.obj = label, args, args if obj is None else obj
+        self.key = hashlib.sha256(repr(args).encode()).hexdigest()
 
     def digest(self):
         return self.key[:12]
 
     def to_dict(self):
-        return {"fpga": self.fp.name}
+        return {"part": self.label}
 
     def derived(self):
         return {}
+
+
+def _shell(fp):
+    """The top of FPGA plan ``fp`` without its compute kernels (switches, router, GMI
+    kernels, gateway, header attachers)."""
+    return _Part(fp.name, (fp.name, fp.data_bits, fp.router, fp.headers, fp.dest_cluster,
+                           sorted(fp.gmi_configs.items()), fp.gateway, fp.external), fp)
 
 
 class _ShellAcc:
@@ -252,11 +259,23 @@ class _ShellAcc:
     top_name = "cluster_shell"
 
     @staticmethod
-    def build_core(shell):
+    def build_core(part):
         from dataclasses import replace
         from .top import FPGATop
-        return FPGATop(replace(shell.fp, computes={}, external=tuple(shell.fp.computes)
-                               or shell.fp.external))
+        fp = part.obj
+        return FPGATop(replace(fp, computes={}, external=tuple(fp.computes) or fp.external))
+
+
+class _PacketBufferAcc:
+    """A compute kernel's store-and-forward packet buffer (``pktbuf_k<id>`` of the top):
+    ``args`` = (data_bits, max_beats)."""
+    name = "cluster-pktbuf"
+    top_name = "cluster_pktbuf"
+
+    @staticmethod
+    def build_core(part):
+        from .switch import PacketFilter
+        return PacketFilter(*part.obj)
 
 
 def _counts(report):
@@ -277,7 +296,8 @@ def resource_table(fpgas, plans=None, log=None):
     """Per FPGA (:class:`~hwgen.cluster.plan.FPGAPlan` with its kernels inside) the yosys
     ``synth_xilinx`` resources of its parts, each distinct configuration synthesised once
     (cached by configuration digest, :func:`hwgen.flow.synth.synthesize`): every module of its
-    compute kernels' chains, their two packet adapters, and the rest of the top (switches,
+    compute kernels' chains, their two packet adapters, their packet buffers
+    (``pktbuf_k<id>``), and the rest of the top (switches,
     router, GMI kernels, gateway, header attachers: the top without its compute kernels).
     Adapters are synthesised with their ids set to 0, 1, ... (ids only change comparator
     constants), so adapters of one format share a run. The regroupers between a chain's
@@ -313,7 +333,13 @@ def resource_table(fpgas, plans=None, log=None):
                 groups.setdefault((kind, cfg.digest()), [kind, cfg, 0])[2] += 1
         for kind, cfg, n in groups.values():
             add(kind, registry.get(kind), cfg, n)
-        add("shell (switches, router, GMI, gateway)", _ShellAcc, _Shell(fp))
+        bufs = {}
+        for cp in fp.computes.values():
+            key = (fp.data_bits, packet_buffer_beats(cp))
+            bufs[key] = bufs.get(key, 0) + 1
+        for key, n in bufs.items():
+            add("cluster-pktbuf", _PacketBufferAcc, _Part("pktbuf", key), n)
+        add("shell (switches, router, GMI, gateway)", _ShellAcc, _shell(fp))
         total = {k: sum(p[k] * p["count"] for p in parts) for k in RESOURCE_KEYS}
         pct = {k: round(v, 1) for k, v in board.percent(total).items()}
         out[fp.name] = {"fpga": fp.fpga.name, "board": board.name, "parts": parts,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 __all__ = ["PAPER_TABLE1", "PAPER_TABLE2_MS", "PAPER_SEQ_LENS", "PAPER_CLOCK_MHZ", "PAPER_D_US",
            "VERSAL", "chain_latency", "table2", "versal_estimate", "encoder_timing",
-           "EncoderSizes", "sizes_from_layers"]
+           "EncoderSizes", "sizes_from_layers", "module_timing"]
 
 #: Sequence lengths of the paper's Tables 1 and 2.
 PAPER_SEQ_LENS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -128,13 +128,34 @@ def sizes_from_layers(layers):
                         max_len=dot["max_len"])
 
 
-def _stage_params(sizes, m):
-    """Per stage ``(latency, period)`` in cycles from the kernels' own cycle models.
+def module_timing(kind, cfg, m):
+    """``(latency, period)`` in cycles of one module (a registered configuration ``cfg`` of
+    ``kind``) for a sentence of ``m`` tokens, from its own cycle model: ``period`` cycles per
+    output row in steady state, ``latency`` from the cycle its last needed input beat arrives
+    to its output row's last beat (for the attention kernels, after the whole K or V)."""
+    if kind == "ibert-linear":
+        p = cfg.performance(rows=1)
+        return p["cycles_per_matrix"] - cfg.steps, p["cycles_per_row"]
+    if kind in ("ibert-requant", "ibert-gelu"):
+        return cfg.performance(rows=1)["cycles"] - cfg.beats_per_row, cfg.beats_per_row
+    if kind == "ibert-layernorm":
+        per = cfg.performance()["cycles_per_row"]
+        return cfg.performance(rows=1)["cycles"] - per, per
+    if kind == "ibert-softmax":
+        p = cfg.performance(M=m, rows=[m])
+        return p["cycles"] - p["beats_per_row"], p["cycles_per_row"]
+    if kind == "ibert-attn-dot":
+        a = cfg.performance(m=m, m_q=1)
+        return a["cycles_per_matrix"] - m, a["cycles_per_row"]
+    if kind == "ibert-softmax-matmul":
+        one, full = cfg.performance(m=m, m_q=1), cfg.performance(m=m, m_q=m)
+        return one["cycles_per_matrix"] - -(-m // cfg.pes), full["matrix_interval"] / m
+    raise ValueError(f"no cycle model for module kind {kind!r}")
 
-    ``period``: cycles per output row in steady state; ``latency``: from the cycle in which
-    the stage's last needed input arrives (the row's last beat, or the whole K/V matrix) to the
-    cycle of the output row's last beat, taken from each model's ``cycles`` of a lone input at
-    full rate (``cycles - 1`` is the index of the last output beat)."""
+
+def _stage_params(sizes, m):
+    """Per stage ``(latency, period)`` in cycles (:func:`module_timing`) of the modules
+    ``sizes`` describes."""
     from hwgen.ibert.attn_dot import AttnDotConfig
     from hwgen.ibert.gelu import GeluConfig
     from hwgen.ibert.layernorm import LayerNormConfig
@@ -143,44 +164,22 @@ def _stage_params(sizes, m):
     from hwgen.ibert.softmax import SoftmaxConfig
     from hwgen.ibert.softmax_matmul import SoftmaxMatmulConfig
     H, d = sizes.hidden, sizes.hidden // sizes.heads
-    st = {}
-
-    def linear(name, k, n, tiles):
-        cfg = LinearConfig(in_features=k, out_features=n, tiles=tiles, pes=sizes.pes)
-        p = cfg.performance(rows=1)
-        st[name] = (p["cycles_per_matrix"] - cfg.steps, p["cycles_per_row"])
-
-    def rowwise(name, perf, beats):
-        st[name] = (perf["cycles"] - beats, beats)
-
-    linear("qkv", H, H, sizes.tiles)
-    linear("attn_out", H, H, sizes.tiles)
-    linear("ffn_up", H, sizes.ffn, sizes.ffn_tiles)
-    linear("ffn_down", sizes.ffn, H, sizes.down_tiles or sizes.ffn_tiles)
+    lin = {name: LinearConfig(in_features=k, out_features=n, tiles=t, pes=sizes.pes)
+           for name, k, n, t in (("qkv", H, H, sizes.tiles), ("attn_out", H, H, sizes.tiles),
+                                 ("ffn_up", H, sizes.ffn, sizes.ffn_tiles),
+                                 ("ffn_down", sizes.ffn, H, sizes.down_tiles or sizes.ffn_tiles))}
+    cfgs = {name: ("ibert-linear", cfg) for name, cfg in lin.items()}
     for name, row, ident in (("quant", H, False), ("quant_res", H, True), ("quant_head", d, False)):
-        cfg = RequantConfig(row=row, lanes=min(sizes.lanes, row), identity=ident)
-        rowwise(name, cfg.performance(rows=1), cfg.beats_per_row)
-    g = GeluConfig(row=sizes.ffn, lanes=sizes.lanes)
-    rowwise("gelu", g.performance(rows=1), g.beats_per_row)
-    ln = LayerNormConfig(hidden=H, lanes=sizes.ln_lanes)
-    rowwise("ln", ln.performance(rows=1), ln.performance()["cycles_per_row"])
-    sm = SoftmaxConfig(max_len=sizes.max_len)
-    perf = sm.performance(M=m, rows=[m])
-    st["softmax"] = (perf["cycles"] - perf["beats_per_row"], perf["cycles_per_row"])
-    # attention dot product: K loads one row per cycle (padded to Mp rows), then each Q row
-    # takes R rounds of d cycles. Lone-row latency after K is complete, from the model.
-    ad = AttnDotConfig(head_dim=d, max_len=sizes.max_len, pes=sizes.dot_pes)
-    a = ad.performance(m=m, m_q=1)
-    st["attn_dot"] = (a["cycles_per_matrix"] - m, a["cycles_per_row"])
-    # softmax x V: V loads while P arrives; rows of P leave in groups of `pes`. Modelled per
-    # row with the matrix interval spread evenly and the lone-row latency of the model.
-    sv = SoftmaxMatmulConfig(head_dim=d, max_len=sizes.max_len, pes=sizes.smm_pes)
-    one = sv.performance(m=m, m_q=1)
-    full = sv.performance(m=m, m_q=m)
-    beats = -(-m // sizes.smm_pes)
-    st["softmax_matmul"] = (one["cycles_per_matrix"] - beats,
-                            full["matrix_interval"] / m)
-    return st
+        cfgs[name] = ("ibert-requant", RequantConfig(row=row, lanes=min(sizes.lanes, row),
+                                                     identity=ident))
+    cfgs["gelu"] = ("ibert-gelu", GeluConfig(row=sizes.ffn, lanes=sizes.lanes))
+    cfgs["ln"] = ("ibert-layernorm", LayerNormConfig(hidden=H, lanes=sizes.ln_lanes))
+    cfgs["softmax"] = ("ibert-softmax", SoftmaxConfig(max_len=sizes.max_len))
+    cfgs["attn_dot"] = ("ibert-attn-dot", AttnDotConfig(head_dim=d, max_len=sizes.max_len,
+                                                        pes=sizes.dot_pes))
+    cfgs["softmax_matmul"] = ("ibert-softmax-matmul", SoftmaxMatmulConfig(
+        head_dim=d, max_len=sizes.max_len, pes=sizes.smm_pes))
+    return {name: module_timing(kind, cfg, m) for name, (kind, cfg) in cfgs.items()}
 
 
 def encoder_timing(m, sizes=EncoderSizes(), hop_cycles=0, input_period=None):

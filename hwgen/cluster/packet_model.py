@@ -1,0 +1,230 @@
+"""Packet-level cycle model of one cluster of an encoder description: the kernels' cycle models
+joined by the packets between them, with every FPGA's router a shared store-and-forward server.
+
+:func:`hwgen.cluster.latency.encoder_timing` chains the kernels' own cycle models and leaves
+the network out; on ``minilm_encoder`` it predicts X a third of the simulated one, because
+fpga1's one router carries 480 beats a token against its linears' 192 cycles
+(:mod:`hwgen.cluster.router_load`), rows wait for whole packets in store-and-forward buffers,
+and every FPGA crossing costs a hop. This model replays one sentence through the plan
+(:func:`hwgen.cluster.plan.fpga_plan`) event by event, in time order:
+
+* **input**: the host's M frames reach the gateway's FPGA back to back from cycle ``hop``
+  (``input_beats`` each); the gateway's decoder is store-and-forward, its virtual GMI kernels
+  then send as a GMI kernel does;
+* **compute kernel** (:class:`~hwgen.cluster.plan.ComputePlan`): row ``r`` is ready when row
+  ``r`` of each row input, and every row of each matrix input (:data:`MATRIX_INPUTS`: K of
+  the attention dot product, V of softmax x V), has come out of its packet adapter (3 cycles
+  after the packet's last beat, :class:`~hwgen.cluster.adapter.PacketsToRows`); each module
+  of its chain then finishes the row at ``max(ready + latency, previous row + period)``
+  (:func:`~hwgen.cluster.latency.module_timing`, the kernels' own cycle models), plus the chain's regroupers
+  (:meth:`~hwgen.cluster.compute.ChainPlan.cycle_model`); the row's packets
+  (:func:`~hwgen.cluster.router_load.packet_beats`) pass the row adapter (1 cycle) and
+  leave the packet buffer 3 cycles after their last beat;
+* **GMI kernel**: a round's output starts 3 cycles after its last input (all members' for a
+  gather or reduce), one beat per cycle (:meth:`~hwgen.cluster.gmi.GMIConfig.cycles`);
+* **router** (one per FPGA, every packet its kernels send): store-and-forward, packets in the
+  order they are offered, one beat per cycle in and out; a packet's first beat leaves
+  ``beats + 2`` cycles after its first beat entered (:class:`~hwgen.cluster.switch.PacketFilter`);
+* **network**: a packet leaves at the testbench's next poll of the network port (every
+  ``poll_cycles``, ``sim/cluster_tb.py``) after its last beat left the router and reaches
+  the other FPGA ``hop`` cycles later (the lock-step network of :mod:`hwgen.cluster.netsim`);
+  a local one goes straight to the input switch.
+
+Left out: contention in the input switches and the merge of network and local traffic,
+backpressure (buffers are taken as deep enough: the builder sizes GMI and FIFO depths to M),
+stalls. X and T are counted as
+:mod:`hwgen.cluster.encoder_sim` counts them: from the first input packet's arrival (cycle
+``hop``) to the cycle the first and the last output row leave for the host.
+"""
+
+import heapq
+from dataclasses import replace
+
+from .latency import module_timing
+from .router_load import packet_beats
+
+__all__ = ["packet_timing", "module_timing", "MATRIX_INPUTS"]
+
+#: Chain inputs a kernel needs whole (every row of the sentence) before its first output row:
+#: module kind -> input fields.
+MATRIX_INPUTS = {"ibert-attn-dot": ("k",), "ibert-softmax-matmul": ("v",)}
+
+
+class _Router:
+    """One FPGA's router: store-and-forward, one beat per cycle in and out."""
+
+    def __init__(self):
+        self.in_free = self.out_free = 0
+        self.beats = 0
+
+    def send(self, first, beats):
+        """A packet whose first beat is offered in cycle ``first`` (then one per cycle):
+        returns the cycle its last beat leaves."""
+        start = max(first, self.in_free)
+        self.in_free = start + beats
+        out = max(start + beats + 2, self.out_free)
+        self.out_free = out + beats
+        self.beats += beats
+        return out + beats - 1
+
+
+#: Cycles from a packet's last beat to its row's last beat out of a
+#: :class:`~hwgen.cluster.adapter.PacketsToRows`, from a row's last beat into a
+#: :class:`~hwgen.cluster.adapter.RowToPackets` to its packet's, and from a packet's last beat
+#: into a :class:`~hwgen.cluster.switch.PacketFilter` to its first beat out (their docstrings).
+P2R_CYCLES, R2P_CYCLES, PKTBUF_CYCLES = 3, 1, 3
+#: The testbench polls each FPGA's network output every this many cycles (``sim/cluster_tb.py``).
+POLL_CYCLES = 16
+
+
+def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL_CYCLES):
+    """Replay one sentence of ``m`` tokens through the first cluster of ``description`` (a
+    name, path or :class:`~hwgen.cluster.describe.Description` with its compute kernels
+    inside; see the module docstring). ``input_beats``: beats of one input frame (default: the
+    gateway broadcast's input row). Returns ``{"X", "T", "I", "output_cycles", "kernels":
+    {name: [cycle each row left the kernel]}, "router_beats": {top: beats}}`` in the cycles
+    of :func:`hwgen.cluster.encoder_sim.run`'s report."""
+    from . import describe as D
+    from .plan import Role, fpga_plan, plan
+    desc = description if isinstance(description, D.Description) else D.load(description)
+    desc = replace(desc, sequence_length=m)
+    plans = plan(desc)
+    p = plans[0]
+    fps = [fpga_plan(p, f, desc.data_bits, len(plans) + 1, plans=plans, seq_len=m)
+           for f in p.cluster.fpgas]
+    router = {fp.fpga.name: _Router() for fp in fps}
+    fpga_of = {i: k.fpga for i, k in p.kernels.items()}
+    events, seq = [], [0]
+
+    def at(t, fn, *args):
+        seq[0] += 1
+        heapq.heappush(events, (t, seq[0], fn, args))
+
+    def send(src, dest, first, beats, row, final):
+        """Packet of kernel ``src`` offered to its FPGA's router at ``first``."""
+        last = router[fpga_of[src]].send(first, beats)
+        leave = -(-(last + 1) // poll_cycles) * poll_cycles       # the testbench's poll
+        if dest == "output":
+            outputs.append(leave)
+            return
+        arrive = last + 1 if fpga_of[dest] == fpga_of[src] else leave + hop_cycles + beats
+        if final:
+            at(arrive, receive, dest, src, row)
+
+    # -- GMI kernels (and the gateway's virtual ones) ------------------------------------
+    gmis = {}
+    for fp in fps:
+        for i, cfg in fp.gmi_configs.items():
+            gmis[i] = (fp.gmi_kinds[i], cfg)
+        if fp.gateway is not None:
+            for kind, vid in fp.gateway.virtual_ids.items():
+                gmis[vid] = (kind, fp.gateway.gmi_config(kind))
+    gmi_state = {i: {"free": 0, "got": {}} for i in gmis}
+
+    def gmi_receive(i, src, row, t):
+        kind, cfg = gmis[i]
+        st = gmi_state[i]
+        k = p.kernels[i]
+        if kind in ("gather", "reduce"):
+            got = st["got"].setdefault(row, {})
+            got[src] = t
+            if len(got) < len(k.members):
+                return
+            t = max(got.values())
+        g = cfg.geometry(kind)
+        start = max(t + 3, st["free"])
+        dests = list(k.dests) if kind in ("broadcast", "scatter") else list(k.dests) * \
+            g["out_packets"]
+        for j, dest in enumerate(dests):
+            at(start + j * g["out_beats"], send, i, dest, start + j * g["out_beats"],
+               g["out_beats"], row, True)
+        st["free"] = start + len(dests) * g["out_beats"] + 1
+
+    # -- compute kernels ------------------------------------------------------------------
+    comp, kernel_rows = {}, {}
+    for fp in fps:
+        for i, cp in fp.computes.items():
+            ports = {port.name: port for port in cp.chain.inputs}
+            matrix = set()
+            for tid, name, _ in cp.sources:
+                port = ports[name]
+                if port.field in MATRIX_INPUTS.get(cp.chain.kinds[port.module], ()):
+                    matrix.add(tid)
+            mods = [module_timing(kind, cfg, m)
+                    for kind, cfg in zip(cp.chain.kinds, cp.chain.configs)]
+            r = cp.r2p
+            rows = 1 if cp.chain.output.framing == "beat" else m
+            comp[i] = {"cp": cp, "matrix": matrix, "mods": mods, "prev": [None] * len(mods),
+                       "regroup": cp.chain.cycle_model()["regroup_latency"],
+                       "sources": {tid for tid, _, _ in cp.sources}, "got": {}, "next": 0,
+                       "rows": rows, "packets": packet_beats(r.format.row_bytes,
+                                                             r.max_packet_bytes, r.data_bits),
+                       "max_packet": r.max_packet_bytes, "row_bytes": r.format.row_bytes,
+                       "data_bits": r.data_bits}
+            kernel_rows[cp.name] = []
+
+    def compute_receive(i, src, row, t):
+        c = comp[i]
+        c["got"].setdefault(src, {})[row] = t
+        while c["next"] < c["rows"]:
+            r = c["next"]
+            need = []
+            for s in c["sources"]:
+                got = c["got"].get(s, {})
+                if s in c["matrix"]:
+                    if len(got) < m:
+                        return
+                    need.append(max(got.values()))
+                elif r in got:
+                    need.append(got[r])
+                else:
+                    return
+            t = max(need) + P2R_CYCLES
+            for j, (lat, per) in enumerate(c["mods"]):
+                prev = c["prev"][j]
+                t = t + lat if prev is None else max(t + lat, prev + per)
+                c["prev"][j] = t
+            kernel_rows[c["cp"].name].append(round(t))
+            c["next"] += 1
+            (dest,) = p.kernels[i].dests
+            n, beats = c["packets"]
+            lane = c["data_bits"] // 8
+            full = -(-c["max_packet"] // lane)
+            sizes = [full] * (n - 1) + [beats - full * (n - 1)]
+            t += c["regroup"]
+            first = round(t) + R2P_CYCLES + PKTBUF_CYCLES
+            for j, b in enumerate(sizes):
+                at(first, send, i, dest, first, b, r, j == n - 1)
+                first += b
+
+    def receive(dest, src, row):
+        t = now[0]
+        if dest in gmis:
+            gmi_receive(dest, src, row, t)
+        elif dest in comp:
+            compute_receive(dest, src, row, t)
+        else:
+            raise ValueError(f"kernel {dest} ({p.kernels[dest].name}) is neither a compute "
+                             "nor a GMI kernel inside the tops")
+
+    # -- input: the host's frames, through the gateway's decoder --------------------------
+    entry = [k.id for k in p.with_role(Role.VIRTUAL)]
+    if len(entry) != 1:
+        raise ValueError("the packet model takes one virtual GMI kernel as the cluster's input")
+    b_in = input_beats or gmis[entry[0]][1].geometry(gmis[entry[0]][0])["in_beats"]
+    for r in range(m):
+        last_in = hop_cycles + (r + 1) * b_in - 1
+        at(last_in + b_in + 2, receive, entry[0], 0, r)      # the decoder's last beat out
+
+    outputs, now = [], [0]
+    while events:
+        t, _, fn, args = heapq.heappop(events)
+        now[0] = t
+        fn(*args)
+    if len(outputs) != m:
+        raise ValueError(f"the model's sentence ended with {len(outputs)} of {m} output rows")
+    arrive = hop_cycles
+    return {"X": outputs[0] - arrive, "T": outputs[-1] - arrive,
+            "I": (outputs[-1] - outputs[0]) / max(m - 1, 1), "output_cycles": outputs,
+            "kernels": kernel_rows,
+            "router_beats": {fp.name: router[fp.fpga.name].beats for fp in fps}}
