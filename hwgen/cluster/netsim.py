@@ -157,8 +157,10 @@ class NetworkHub:
             if "tick" in msg:
                 self._tick(int(msg["tick"]), int(msg["cycle"]))
                 continue
+            first = msg["beats"][0] if msg["beats"] else {}
             record = {"src": msg["src"], "dst": msg["dst"], "seq": msg["seq"],
-                      "beats": len(msg["beats"])}
+                      "beats": len(msg["beats"]), "cycle": msg.get("cycle"),
+                      "tdest": first.get("tdest"), "tid": first.get("tid")}
             self.traffic_cycle = max(self.traffic_cycle, int(msg.get("cycle") or 0))
             if self.host is not None and int(msg["dst"]) == self.host.address:
                 self.forwarded.append(record)
@@ -237,6 +239,9 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     ``(cycle, beats)``. ``idle_cycles`` (lock-step only; 0: off): stop every node at the first
     barrier more than this many cycles after the sender's cycle of the last datagram, a stalled
     cluster (``stats["stalled_at"]``: that sender's cycle, else None; :class:`NetworkHub`).
+    Every forwarded datagram is written to ``run_dir/datagrams.jsonl``, one JSON object a line:
+    source and destination node address, sequence number, beats, the sender's cycle (lock-step
+    mode, else None) and the first beat's TDEST and TID (destination and source kernel).
     """
     from ..flow.verilator import run_testbench
 
@@ -315,4 +320,6 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     stats["unknown_destination"] = len(stats["unknown_log"])
     stats["host_received"] = hub.host_received
     stats["stalled_at"] = hub.stalled_at
+    with open(Path(run_dir) / "datagrams.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in hub.forwarded)
     return {n.name: n.result for n in nodes}, stats

@@ -13,7 +13,8 @@ and every FPGA crossing costs a hop. This model replays one sentence through the
   then send as a GMI kernel does;
 * **compute kernel** (:class:`~hwgen.cluster.plan.ComputePlan`): row ``r`` is ready when row
   ``r`` of each row input, and every row of each matrix input (:data:`MATRIX_INPUTS`: K of
-  the attention dot product, V of softmax x V), has come out of its packet adapter (3 cycles
+  the attention dot product, V of softmax x V), and for kernels that compute rows in groups
+  (:data:`ROW_GROUPS`) the rest of row ``r``'s group, has come out of its packet adapter (3 cycles
   after the packet's last beat, :class:`~hwgen.cluster.adapter.PacketsToRows`); each module
   of its chain then finishes the row at ``max(ready + latency, previous row + period)``
   (:func:`~hwgen.cluster.latency.module_timing`, the kernels' own cycle models), plus the chain's regroupers
@@ -22,9 +23,11 @@ and every FPGA crossing costs a hop. This model replays one sentence through the
   leave the packet buffer 3 cycles after their last beat;
 * **GMI kernel**: a round's output starts 3 cycles after its last input (all members' for a
   gather or reduce), one beat per cycle (:meth:`~hwgen.cluster.gmi.GMIConfig.cycles`);
-* **router** (one per FPGA, every packet its kernels send): store-and-forward, packets in the
-  order they are offered, one beat per cycle in and out; a packet's first beat leaves
-  ``beats + 2`` cycles after its first beat entered (:class:`~hwgen.cluster.switch.PacketFilter`);
+* **output switch and router** (one per FPGA, every packet its kernels send): the switch
+  grants the kernels with a packet ready round-robin, a packet at a time
+  (:class:`~hwgen.cluster.switch.KernelSwitch`); the router is store-and-forward, one beat
+  per cycle in and out; a packet's first beat leaves ``beats + 2`` cycles after its first
+  beat entered (:class:`~hwgen.cluster.router.Router`);
 * **network**: a packet leaves at the testbench's next poll of the network port (every
   ``poll_cycles``, ``sim/cluster_tb.py``) after its last beat left the router and reaches
   the other FPGA ``hop`` cycles later (the lock-step network of :mod:`hwgen.cluster.netsim`);
@@ -48,24 +51,52 @@ __all__ = ["packet_timing", "module_timing", "MATRIX_INPUTS"]
 #: Chain inputs a kernel needs whole (every row of the sentence) before its first output row:
 #: module kind -> input fields.
 MATRIX_INPUTS = {"ibert-attn-dot": ("k",), "ibert-softmax-matmul": ("v",)}
+#: Kernels that take their row inputs in groups (the first module's kind -> rows per group
+#: from its configuration): softmax x V computes ``pes`` rows of P at a time, so its first
+#: output row waits for row ``pes - 1`` of P.
+ROW_GROUPS = {"ibert-softmax-matmul": lambda cfg: cfg.pes}
 
 
-class _Router:
-    """One FPGA's router: store-and-forward, one beat per cycle in and out."""
+class _Output:
+    """One FPGA's output switch and router. The switch grants one sending kernel at a time,
+    round-robin (in kernel id order, starting after the kernel served last) among those whose
+    next packet is ready, until its last beat; the router takes one beat per cycle, stores
+    the packet and sends it ``beats + 2`` cycles after its first beat came in."""
 
-    def __init__(self):
+    def __init__(self, at):
+        self.at = at                              # the model's event scheduler
+        self.queues = {}                          # sender id -> [(ready, beats, done)]
+        self.last = None                          # sender served last
         self.in_free = self.out_free = 0
+        self.granting = False
         self.beats = 0
 
-    def send(self, first, beats):
-        """A packet whose first beat is offered in cycle ``first`` (then one per cycle):
-        returns the cycle its last beat leaves."""
-        start = max(first, self.in_free)
-        self.in_free = start + beats
-        out = max(start + beats + 2, self.out_free)
+    def offer(self, t, src, beats, done):
+        """Kernel ``src``'s packet of ``beats``, ready in cycle ``t``; ``done(last)`` is called
+        with the cycle its last beat leaves the router."""
+        self.queues.setdefault(src, []).append((t, beats, done))
+        if not self.granting:
+            self.granting = True
+            self.at(max(t, self.in_free), self.grant)
+
+    def grant(self, t):
+        ready = sorted(s for s, q in self.queues.items() if q and q[0][0] <= t)
+        if not ready:
+            waiting = [q[0][0] for q in self.queues.values() if q]
+            self.granting = bool(waiting)
+            if waiting:
+                self.at(min(waiting), self.grant)
+            return
+        after = [s for s in ready if self.last is not None and s > self.last]
+        src = (after or ready)[0]
+        self.last = src
+        _, beats, done = self.queues[src].pop(0)
+        self.in_free = t + beats
+        out = max(t + beats + 2, self.out_free)
         self.out_free = out + beats
         self.beats += beats
-        return out + beats - 1
+        done(out + beats - 1)
+        self.at(self.in_free, self.grant)
 
 
 #: Cycles from a packet's last beat to its row's last beat out of a
@@ -82,8 +113,10 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
     name, path or :class:`~hwgen.cluster.describe.Description` with its compute kernels
     inside; see the module docstring). ``input_beats``: beats of one input frame (default: the
     gateway broadcast's input row). Returns ``{"X", "T", "I", "output_cycles", "kernels":
-    {name: [cycle each row left the kernel]}, "router_beats": {top: beats}}`` in the cycles
-    of :func:`hwgen.cluster.encoder_sim.run`'s report."""
+    {name: [cycle each row left the kernel]}, "datagrams": [{"cycle", "tid", "tdest",
+    "beats"}], "router_beats": {top: beats}}`` in the cycles of
+    :func:`hwgen.cluster.encoder_sim.run`'s report (``datagrams``: every packet that leaves
+    an FPGA, at the testbench's cycle, as ``datagrams.jsonl`` of a simulation lists them)."""
     from . import describe as D
     from .plan import Role, fpga_plan, plan
     desc = description if isinstance(description, D.Description) else D.load(description)
@@ -92,18 +125,25 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
     p = plans[0]
     fps = [fpga_plan(p, f, desc.data_bits, len(plans) + 1, plans=plans, seq_len=m)
            for f in p.cluster.fpgas]
-    router = {fp.fpga.name: _Router() for fp in fps}
     fpga_of = {i: k.fpga for i, k in p.kernels.items()}
     events, seq = [], [0]
 
     def at(t, fn, *args):
+        """Call ``fn(t, *args)`` in cycle ``t``."""
         seq[0] += 1
         heapq.heappush(events, (t, seq[0], fn, args))
 
-    def send(src, dest, first, beats, row, final):
-        """Packet of kernel ``src`` offered to its FPGA's router at ``first``."""
-        last = router[fpga_of[src]].send(first, beats)
+    router = {fp.fpga.name: _Output(at) for fp in fps}
+
+    def send(first, src, dest, beats, row, final):
+        """Packet of kernel ``src`` offered to its FPGA's output switch in cycle ``first``."""
+        router[fpga_of[src]].offer(first, src, beats,
+                                   lambda last: sent(last, src, dest, beats, row, final))
+
+    def sent(last, src, dest, beats, row, final):
         leave = -(-(last + 1) // poll_cycles) * poll_cycles       # the testbench's poll
+        if dest == "output" or fpga_of[dest] != fpga_of[src]:
+            datagrams.append({"cycle": leave, "tid": src, "tdest": dest, "beats": beats})
         if dest == "output":
             outputs.append(leave)
             return
@@ -136,8 +176,7 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
         dests = list(k.dests) if kind in ("broadcast", "scatter") else list(k.dests) * \
             g["out_packets"]
         for j, dest in enumerate(dests):
-            at(start + j * g["out_beats"], send, i, dest, start + j * g["out_beats"],
-               g["out_beats"], row, True)
+            at(start + j * g["out_beats"], send, i, dest, g["out_beats"], row, True)
         st["free"] = start + len(dests) * g["out_beats"] + 1
 
     # -- compute kernels ------------------------------------------------------------------
@@ -154,7 +193,9 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
                     for kind, cfg in zip(cp.chain.kinds, cp.chain.configs)]
             r = cp.r2p
             rows = 1 if cp.chain.output.framing == "beat" else m
+            group = ROW_GROUPS.get(cp.chain.kinds[0], lambda cfg: 1)(cp.chain.configs[0])
             comp[i] = {"cp": cp, "matrix": matrix, "mods": mods, "prev": [None] * len(mods),
+                       "group": group,
                        "regroup": cp.chain.cycle_model()["regroup_latency"],
                        "sources": {tid for tid, _, _ in cp.sources}, "got": {}, "next": 0,
                        "rows": rows, "packets": packet_beats(r.format.row_bytes,
@@ -175,10 +216,11 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
                     if len(got) < m:
                         return
                     need.append(max(got.values()))
-                elif r in got:
-                    need.append(got[r])
                 else:
-                    return
+                    rows = range(r, min(m, (r // c["group"] + 1) * c["group"]))
+                    if not all(k in got for k in rows):
+                        return
+                    need.extend(got[k] for k in rows)
             t = max(need) + P2R_CYCLES
             for j, (lat, per) in enumerate(c["mods"]):
                 prev = c["prev"][j]
@@ -194,11 +236,10 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
             t += c["regroup"]
             first = round(t) + R2P_CYCLES + PKTBUF_CYCLES
             for j, b in enumerate(sizes):
-                at(first, send, i, dest, first, b, r, j == n - 1)
+                at(first, send, i, dest, b, r, j == n - 1)
                 first += b
 
-    def receive(dest, src, row):
-        t = now[0]
+    def receive(t, dest, src, row):
         if dest in gmis:
             gmi_receive(dest, src, row, t)
         elif dest in comp:
@@ -216,15 +257,14 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
         last_in = hop_cycles + (r + 1) * b_in - 1
         at(last_in + b_in + 2, receive, entry[0], 0, r)      # the decoder's last beat out
 
-    outputs, now = [], [0]
+    outputs, datagrams = [], []
     while events:
         t, _, fn, args = heapq.heappop(events)
-        now[0] = t
-        fn(*args)
+        fn(t, *args)
     if len(outputs) != m:
         raise ValueError(f"the model's sentence ended with {len(outputs)} of {m} output rows")
     arrive = hop_cycles
     return {"X": outputs[0] - arrive, "T": outputs[-1] - arrive,
             "I": (outputs[-1] - outputs[0]) / max(m - 1, 1), "output_cycles": outputs,
-            "kernels": kernel_rows,
+            "kernels": kernel_rows, "datagrams": datagrams,
             "router_beats": {fp.name: router[fp.fpga.name].beats for fp in fps}}
