@@ -35,6 +35,14 @@ def test_mini_encoder_end_to_end_is_bit_exact(tmp_path, tokens, stall):
     load = router_load.description_load("mini_encoder", tokens)
     assert {n: v["packets"] for n, v in load.items()} == \
         {n: st["status_delivered"] for n, st in r["status"].items()}
+    # every datagram is logged with its sender's cycle and kernel ids: the host's input
+    # frames at cycle 0, the FPGAs' after, among them the output rows at the report's cycles
+    import json
+    log = [json.loads(line) for line in (tmp_path / "run" / "datagrams.jsonl").open()]
+    assert len(log) == r["forwarded"]
+    assert sum(d["cycle"] == 0 for d in log) == tokens
+    assert all(isinstance(d[k], int) for d in log for k in ("cycle", "tid", "tdest"))
+    assert set(r["output_cycles"]) <= {d["cycle"] for d in log}
     if stall == 0:
         # the packet model predicts the simulated X and T within the issue's 5% goal
         model = packet_model.packet_timing("mini_encoder", tokens, r["hop_cycles"],

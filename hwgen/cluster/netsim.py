@@ -42,6 +42,15 @@ from pathlib import Path
 __all__ = ["NetworkHub", "Host", "NodeRun", "run_cluster"]
 
 
+def _record(msg):
+    """What the hub logs of a datagram ``msg``: addresses, sequence number, beats, the
+    sender's cycle (lock-step mode, else None) and the first beat's TDEST and TID."""
+    first = msg["beats"][0] if msg["beats"] and isinstance(msg["beats"][0], dict) else {}
+    return {"src": msg["src"], "dst": msg["dst"], "seq": msg["seq"],
+            "beats": len(msg["beats"]), "cycle": msg.get("cycle"),
+            "tdest": first.get("tdest"), "tid": first.get("tid")}
+
+
 @dataclass
 class Host:
     """A network endpoint without a simulator (the CPU host of the paper's experiments).
@@ -105,9 +114,9 @@ class NetworkHub:
         if host is not None:
             for dst, beats in host.frames:
                 self._seq += 1
-                record = {"src": host.address, "dst": dst, "seq": self._seq, "beats": len(beats)}
-                raw = json.dumps({"src": host.address, "dst": dst, "seq": self._seq,
-                                  "cycle": 0, "beats": beats}).encode()
+                msg = {"src": host.address, "dst": dst, "seq": self._seq, "cycle": 0,
+                       "beats": beats}
+                record, raw = _record(msg), json.dumps(msg).encode()
                 self.pending.setdefault(dst, []).append((record, raw))
 
     @property
@@ -157,10 +166,7 @@ class NetworkHub:
             if "tick" in msg:
                 self._tick(int(msg["tick"]), int(msg["cycle"]))
                 continue
-            first = msg["beats"][0] if msg["beats"] else {}
-            record = {"src": msg["src"], "dst": msg["dst"], "seq": msg["seq"],
-                      "beats": len(msg["beats"]), "cycle": msg.get("cycle"),
-                      "tdest": first.get("tdest"), "tid": first.get("tid")}
+            record = _record(msg)
             self.traffic_cycle = max(self.traffic_cycle, int(msg.get("cycle") or 0))
             if self.host is not None and int(msg["dst"]) == self.host.address:
                 self.forwarded.append(record)
