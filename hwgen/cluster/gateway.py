@@ -59,7 +59,7 @@ class GatewayConfig(Config):
     virtual: str = param("broadcast,scatter,gather,reduce",
                          "virtual GMI kernels, in id order after the local kernels")
     cluster_id: int = param(0, "this cluster's id", lo=0, hi=255)
-    depth: int = param(2, "rounds buffered per GMI kernel", lo=1, hi=8)
+    depth: int = param(2, "rounds buffered per GMI kernel", lo=1, hi=4096)
     local_ids: str = param("", "kernel ids reachable point to point as 'a-b,c,...' (default: "
                                "1..kernels)")
     groups: str = param("", "virtual GMI kernels as 'kind@id:members;...', members as "

@@ -301,13 +301,18 @@ def gmi_config(k, plan, data_bits, seq_len=0):
         raise e.relocated(f"{where}.params") from None
 
 
-def gateway_config(plan, data_bits):
+def gateway_config(plan, data_bits, seq_len=0):
     """:class:`~hwgen.cluster.gateway.GatewayConfig` of the cluster's gateway as the builder
     assigned it: point to point to every physical kernel of the cluster but the gateway
     (``local_ids``, on any FPGA of the cluster), one virtual GMI kernel per connection from
     ``input`` with its id and members (``groups``), payloads up to ``MAX_PACKET_BYTES - 1``.
     The virtual kernels share ``length``/``elem_bits``/``op``/``depth`` and are of different
-    kinds (a limit of the gateway; ConfigError naming the connection otherwise)."""
+    kinds (a limit of the gateway; ConfigError naming the connection otherwise). Without
+    ``params.depth`` they buffer ``max(2, seq_len)`` rounds, a sentence, as
+    :func:`gmi_config`'s: the host sends a sentence's rows back to back, and a full virtual
+    broadcast stalls the FPGA's network input, which the merge in front of the kernels shares
+    with the router's local output that the broadcast's own packets need (``minilm_encoder``
+    at M 38 stopped after 30 datagrams with the old depth of 2)."""
     from .gateway import GatewayConfig, format_ids
     virt = plan.with_role(Role.VIRTUAL)
     local = [k.id for k in plan.with_role(Role.COMPUTE, Role.COMMUNICATION)]
@@ -326,6 +331,8 @@ def gateway_config(plan, data_bits):
                                   f"gateway share this parameter ({shared[key]} elsewhere)",
                                   value=v)
             shared[key] = v
+    if virt and "depth" not in shared:
+        values["depth"] = max(2, seq_len)
     if virt:
         values["groups"] = ";".join(f"{k.kind}@{k.id}:" + ",".join(map(str, k.members))
                                     for k in virt)
@@ -380,7 +387,7 @@ def fpga_plan(plan, fpga, data_bits, n_clusters, *, kernels="inside", plans=None
         computes = {i: kernel_plan(plan.kernels[i], plan, plans or [plan], data_bits, m)
                     for i in compute}
     output = plan.cluster.output
-    gateway = gateway_config(plan, data_bits) if 0 in plan.fpga_kernels[fpga.name] \
+    gateway = gateway_config(plan, data_bits, m) if 0 in plan.fpga_kernels[fpga.name] \
         else None
     router = RouterConfig(data_bits=data_bits, members=plan.size, clusters=n_clusters,
                           length=MAX_PACKET_BYTES,
