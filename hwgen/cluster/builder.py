@@ -27,6 +27,7 @@ import ipaddress
 import json
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -333,10 +334,7 @@ def resource_table(fpgas, plans=None, log=None):
                 groups.setdefault((kind, cfg.digest()), [kind, cfg, 0])[2] += 1
         for kind, cfg, n in groups.values():
             add(kind, registry.get(kind), cfg, n)
-        bufs = {}
-        for cp in fp.computes.values():
-            key = (fp.data_bits, packet_buffer_beats(cp))
-            bufs[key] = bufs.get(key, 0) + 1
+        bufs = Counter((fp.data_bits, packet_buffer_beats(cp)) for cp in fp.computes.values())
         for key, n in bufs.items():
             add("cluster-pktbuf", _PacketBufferAcc, _Part("pktbuf", key), n)
         add("shell (switches, router, GMI, gateway)", _ShellAcc, _shell(fp))

@@ -19,7 +19,7 @@ and every FPGA crossing costs a hop. This model replays one sentence through the
   of its chain then finishes the row at ``max(ready + latency, previous row + period)``
   (:func:`~hwgen.cluster.latency.module_timing`, the kernels' own cycle models), plus the chain's regroupers
   (:meth:`~hwgen.cluster.compute.ChainPlan.cycle_model`); the row's packets
-  (:func:`~hwgen.cluster.router_load.packet_beats`) pass the row adapter (1 cycle) and
+  (:func:`~hwgen.cluster.router_load.packet_sizes`) pass the row adapter (1 cycle) and
   leave the packet buffer 3 cycles after their last beat;
 * **GMI kernel**: a round's output starts 3 cycles after its last input (all members' for a
   gather or reduce), one beat per cycle (:meth:`~hwgen.cluster.gmi.GMIConfig.cycles`);
@@ -41,10 +41,9 @@ stalls. X and T are counted as
 """
 
 import heapq
-from dataclasses import replace
 
 from .latency import module_timing
-from .router_load import packet_beats
+from .router_load import description_plans, packet_sizes
 
 __all__ = ["packet_timing", "module_timing", "MATRIX_INPUTS"]
 
@@ -117,14 +116,9 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
     "beats"}], "router_beats": {top: beats}}`` in the cycles of
     :func:`hwgen.cluster.encoder_sim.run`'s report (``datagrams``: every packet that leaves
     an FPGA, at the testbench's cycle, as ``datagrams.jsonl`` of a simulation lists them)."""
-    from . import describe as D
-    from .plan import Role, fpga_plan, plan
-    desc = description if isinstance(description, D.Description) else D.load(description)
-    desc = replace(desc, sequence_length=m)
-    plans = plan(desc)
+    from .plan import Role
+    plans, fps = description_plans(description, m)
     p = plans[0]
-    fps = [fpga_plan(p, f, desc.data_bits, len(plans) + 1, plans=plans, seq_len=m)
-           for f in p.cluster.fpgas]
     fpga_of = {i: k.fpga for i, k in p.kernels.items()}
     events, seq = [], [0]
 
@@ -198,10 +192,8 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
                        "group": group,
                        "regroup": cp.chain.cycle_model()["regroup_latency"],
                        "sources": {tid for tid, _, _ in cp.sources}, "got": {}, "next": 0,
-                       "rows": rows, "packets": packet_beats(r.format.row_bytes,
-                                                             r.max_packet_bytes, r.data_bits),
-                       "max_packet": r.max_packet_bytes, "row_bytes": r.format.row_bytes,
-                       "data_bits": r.data_bits}
+                       "rows": rows, "sizes": packet_sizes(r.format.row_bytes,
+                                                           r.max_packet_bytes, r.data_bits)}
             kernel_rows[cp.name] = []
 
     def compute_receive(i, src, row, t):
@@ -229,14 +221,10 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
             kernel_rows[c["cp"].name].append(round(t))
             c["next"] += 1
             (dest,) = p.kernels[i].dests
-            n, beats = c["packets"]
-            lane = c["data_bits"] // 8
-            full = -(-c["max_packet"] // lane)
-            sizes = [full] * (n - 1) + [beats - full * (n - 1)]
             t += c["regroup"]
             first = round(t) + R2P_CYCLES + PKTBUF_CYCLES
-            for j, b in enumerate(sizes):
-                at(first, send, i, dest, b, r, j == n - 1)
+            for j, b in enumerate(c["sizes"]):
+                at(first, send, i, dest, b, r, j == len(c["sizes"]) - 1)
                 first += b
 
     def receive(t, dest, src, row):

@@ -19,18 +19,24 @@ Header bytes of inter-cluster packets are left out (one byte per packet).
 
 from ..lib.intmath import ceil_div
 
-__all__ = ["router_load", "packet_beats", "description_load"]
+__all__ = ["router_load", "packet_beats", "packet_sizes", "description_load",
+           "description_plans"]
+
+
+def packet_sizes(nbytes, max_packet_bytes, data_bits):
+    """Beats of each packet of ``nbytes`` of payload cut into packets of at most
+    ``max_packet_bytes``, ``data_bits`` per beat."""
+    if nbytes <= 0:
+        return []
+    full, rest = divmod(nbytes, max_packet_bytes)
+    lane = data_bits // 8
+    return [ceil_div(max_packet_bytes, lane)] * full + ([ceil_div(rest, lane)] if rest else [])
 
 
 def packet_beats(nbytes, max_packet_bytes, data_bits):
-    """``(packets, beats)`` of ``nbytes`` of payload cut into packets of at most
-    ``max_packet_bytes``, ``data_bits`` per beat."""
-    if nbytes <= 0:
-        return 0, 0
-    full, rest = divmod(nbytes, max_packet_bytes)
-    lane = data_bits // 8
-    beats = full * ceil_div(max_packet_bytes, lane) + (ceil_div(rest, lane) if rest else 0)
-    return full + (1 if rest else 0), beats
+    """``(packets, beats)`` of :func:`packet_sizes`."""
+    sizes = packet_sizes(nbytes, max_packet_bytes, data_bits)
+    return len(sizes), sum(sizes)
 
 
 def router_load(fpga_plans, m):
@@ -58,15 +64,21 @@ def router_load(fpga_plans, m):
     return out
 
 
-def description_load(description, m):
-    """:func:`router_load` of the first cluster of ``description`` (a name, path or
-    :class:`~hwgen.cluster.describe.Description`) built for ``m`` tokens."""
+def description_plans(description, m):
+    """``(plans, fpga_plans)``: the :func:`~hwgen.cluster.plan.plan` of ``description`` (a
+    name, path or :class:`~hwgen.cluster.describe.Description`) built for ``m`` tokens, and
+    the :class:`~hwgen.cluster.plan.FPGAPlan` s of its first cluster."""
     from dataclasses import replace
     from . import describe as D
     from .plan import fpga_plan, plan
     desc = description if isinstance(description, D.Description) else D.load(description)
     desc = replace(desc, sequence_length=m)
     plans = plan(desc)
-    fps = [fpga_plan(plans[0], f, desc.data_bits, len(plans) + 1, plans=plans, seq_len=m)
-           for f in plans[0].cluster.fpgas]
-    return router_load(fps, m)
+    return plans, [fpga_plan(plans[0], f, desc.data_bits, len(plans) + 1, plans=plans,
+                             seq_len=m) for f in plans[0].cluster.fpgas]
+
+
+def description_load(description, m):
+    """:func:`router_load` of the first cluster of ``description`` built for ``m`` tokens
+    (:func:`description_plans`)."""
+    return router_load(description_plans(description, m)[1], m)
