@@ -939,6 +939,10 @@ from .host.espn.cli import espn  # noqa: E402  (its commands use reports_errors,
 
 main.add_command(espn)
 
+from .host.ralm.cli import ralm  # noqa: E402  (its commands use reports_errors, above)
+
+main.add_command(ralm)
+
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,251 @@
+"""ChamLM end to end: SmolLM2 + a kNN-LM datastore served by ChamVS node processes.
+
+:func:`prepare` makes (or reuses, cached by corpus, split and size under
+``build/cache/ralm/``) the datastore and the node shards; :func:`perplexity` scores held-out
+passages without and with retrieval; :func:`time_split` times one generation token by token;
+:func:`generate` continues a prompt. ``hwgen ralm bench`` and ``hwgen ralm generate`` call them.
+
+**Split.** The corpus's passages (:func:`hwgen.host.espn.corpus.load`) are split by position:
+every ``heldout_every``-th passage is held out for perplexity, the rest go into the datastore
+(so a held-out passage's own continuations are never in the datastore; its neighbours are
+other passages of the same documents and corpus).
+"""
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import ConfigError
+from . import knnlm
+
+__all__ = ["Settings", "prepare", "perplexity", "time_split", "generate", "PAPER"]
+
+#: Chameleon's observations on retrieval frequency (section 6.3, Table 2, Figures 10 and 11).
+PAPER = {
+    "Dec-S": "dim 512, 24 layers, 101M parameters, retrieves every token (interval 1), K 100",
+    "EncDec-S": "dim 512, 2+24 layers, 158M parameters, retrieves every 8/64/512 tokens, K 10",
+    "latency": "at steps with retrieval, FPGA-GPU Chameleon is 1.94-4.11x faster than CPU-GPU "
+               "(Dec-S); steps without retrieval are the LM's alone",
+    "throughput": "the lower the retrieval interval, the larger Chameleon's advantage: 3.18x "
+                  "(Dec-S) and 2.34x (Dec-L) at interval 1",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One ChamLM setup (``hwgen ralm`` options)."""
+    corpus: str = "wiki"
+    max_tokens: int = 12000          # datastore entries (tokens of the datastore passages)
+    heldout_every: int = 10
+    eval_tokens: int = 1200          # held-out tokens scored
+    nodes: int = 2
+    nlist: int = 32
+    m: int = 32
+    nprobe: int = 8
+    k: int = 16
+    elem_bits: int = 8
+    backend: str = "golden"
+
+    def check(self):
+        for name in ("max_tokens", "heldout_every", "eval_tokens", "nodes", "nlist", "nprobe",
+                     "k"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(name, "must be an integer >= 1", value=v)
+        if self.heldout_every < 2:
+            raise ConfigError("heldout_every", "must be >= 2 (one passage in N is held out)",
+                              value=self.heldout_every)
+        if self.backend not in ("golden", "rtl"):
+            raise ConfigError("backend", "must be golden or rtl", value=self.backend)
+        return self
+
+
+def _cache_root():
+    from ...flow.build import cache_dir
+    return Path(cache_dir()) / "ralm"
+
+
+def split(passages, every):
+    """``(datastore passages, held-out passages)``: every ``every``-th one is held out."""
+    return ([p for i, p in enumerate(passages) if i % every != every - 1],
+            [p for i, p in enumerate(passages) if i % every == every - 1])
+
+
+def prepare(model, settings, log=None):
+    """``(datastore, index_dir, heldout passages)`` for ``settings``, built once and cached."""
+    from ..espn.corpus import load as load_corpus
+    s = settings.check()
+    say = log or (lambda line: None)
+    passages = load_corpus(s.corpus)
+    store_p, held = split(passages, s.heldout_every)
+    if not held:
+        raise ConfigError("corpus", f"has {len(passages)} passages: too few to hold one in "
+                          f"{s.heldout_every} out")
+    key = knnlm.cache_key("datastore-v1", s.corpus, len(passages), s.heldout_every,
+                          s.max_tokens, model.config.__dict__)
+    root = _cache_root() / key
+    root.mkdir(parents=True, exist_ok=True)
+    ds_path = root / "datastore.npz"
+    if ds_path.exists():
+        store = knnlm.Datastore.load(ds_path)
+        say(f"datastore: {len(store.values)} entries from {len(store.texts)} passages "
+            f"(cached {ds_path})")
+    else:
+        say(f"datastore: encoding up to {s.max_tokens} tokens of {len(store_p)} {s.corpus} "
+            "passages ...")
+        start = time.monotonic()
+        store = knnlm.build_datastore(model, store_p, s.max_tokens, log=say)
+        store.save(ds_path)
+        say(f"datastore: {len(store.values)} entries in {time.monotonic() - start:.0f} s")
+    ikey = knnlm.cache_key("index-v1", s.nodes, s.nlist, s.m, s.nprobe, s.k, s.elem_bits)
+    index_dir = root / f"index-{ikey}"
+    if not (index_dir / "index.json").exists():
+        index_dir.mkdir(exist_ok=True)
+        knnlm.make_index(store, index_dir, nodes=s.nodes, nlist=s.nlist, m=s.m,
+                         nprobe=s.nprobe, k=s.k, elem_bits=s.elem_bits, log=say)
+        info = json.loads((index_dir / "index.json").read_text())
+        info["temperature"] = knnlm.calibrate_temperature(store.keys)
+        (index_dir / "index.json").write_text(json.dumps(info))
+    return store, index_dir, held
+
+
+def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),
+               ks=None, lams=(0.25,), temperature=None, log=None):
+    """Perplexity of the first ``eval_tokens`` next-token predictions of the held-out passages,
+    without retrieval and, for each (interval, K, λ), with it. One retrieval per position is
+    made (the state at a position does not depend on the interval); an interval uses the
+    retrievals at positions ``0, interval, 2·interval, ...`` of each passage and reuses the
+    last one in between. Returns ``{"tokens", "lm", "runs": [{"interval", "k", "lambda",
+    "ppl", "retrievals"}], "partial_retrievals"}``."""
+    T = temperature or retriever.temperature
+    ks = ks or (retriever.config.k,)
+    V = model.config.vocab
+    nll_lm, runs, scored, partial = 0.0, {}, 0, 0
+    start = time.monotonic()
+    for text in (p.text if hasattr(p, "text") else p for p in held):
+        ids = model.tokenizer.encode(text)[:model.config.context]
+        ids = ids[:eval_tokens - scored + 1]
+        if len(ids) < 2:
+            continue
+        logits, hidden = model.forward(ids)
+        n = len(ids) - 1
+        p_lm = knnlm.softmax(logits[:n])
+        target = np.asarray(ids[1:])
+        nll_lm -= np.log(p_lm[np.arange(n), target]).sum()
+        dist, nbr, res = retriever.search(hidden[:n])
+        partial += bool(res.partial)
+        for interval in intervals:
+            at = (np.arange(n) // interval) * interval         # the retrieval in force
+            for k in ks:
+                p_knn = knnlm.knn_distribution(dist[at, :k], nbr[at, :k], store.values, V, T)
+                for lam in lams:
+                    p = knnlm.interpolate(p_lm, p_knn, lam)[np.arange(n), target]
+                    r = runs.setdefault((interval, k, lam), [0.0, 0])
+                    r[0] -= np.log(np.maximum(p, 1e-300)).sum()
+                    r[1] += len(set(at.tolist()))
+        scored += n
+        if log:
+            log(f"perplexity: {scored}/{eval_tokens} held-out tokens scored "
+                f"({time.monotonic() - start:.0f} s)")
+        if scored >= eval_tokens:
+            break
+    if not scored:
+        raise ConfigError("eval_tokens", "no held-out passage has two or more tokens")
+    return {"tokens": scored, "temperature": T, "lm": math.exp(nll_lm / scored),
+            "runs": [{"interval": i, "k": k, "lambda": lam, "ppl": math.exp(v[0] / scored),
+                      "retrievals": v[1]} for (i, k, lam), v in sorted(runs.items())],
+            "partial_retrievals": partial}
+
+
+def time_split(model, retriever, prompt, tokens=32, interval=1):
+    """Generate ``tokens`` greedily after ``prompt`` (ids), retrieving every ``interval``
+    tokens, and time each token: ``lm_s`` (one decoding step with the KV cache),
+    ``encode_s`` (quantise the state and probe the coarse centroids), ``round_trip_s`` (the
+    coordinator's search over TCP, the nodes' work included) and ``node_search_s`` (node 0's
+    golden search of the same query, run in this process). Returns per-token lists and means."""
+    from ..node_server import NodeService
+    from ..shard import load_shard
+    service = NodeService(*load_shard(retriever.shard_paths[0]))
+    cache = model.new_cache()
+    logits, hidden = model.forward(prompt, cache)
+    rows = []
+    for t in range(tokens):
+        row = {"token": t, "retrieval": t % interval == 0}
+        if row["retrieval"]:
+            t0 = time.perf_counter()
+            ints, _ = knnlm.quantize_keys(hidden[-1:], retriever.config.elem_bits,
+                                          retriever.scale)
+            probes = retriever.probes(ints)
+            t1 = time.perf_counter()
+            res = retriever.coordinator.search(ints, probes, retriever.config.k)
+            t2 = time.perf_counter()
+            service.run_search(ints, probes)
+            t3 = time.perf_counter()
+            row.update(encode_s=t1 - t0, round_trip_s=t2 - t1, node_search_s=t3 - t2,
+                       partial=bool(res.partial))
+        nxt = int(np.argmax(logits[-1]))
+        t4 = time.perf_counter()
+        logits, hidden = model.forward([nxt], cache)
+        row["lm_s"] = time.perf_counter() - t4
+        rows.append(row)
+    mean = {k: float(np.mean([r[k] for r in rows if k in r]))
+            for k in ("lm_s", "encode_s", "round_trip_s", "node_search_s")
+            if any(k in r for r in rows)}
+    return {"tokens": tokens, "interval": interval, "per_token": rows, "mean": mean}
+
+
+def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam=0.25,
+             temperature=None, on_token=None, on_retrieval=None):
+    """Greedy continuation of ``prompt`` (text) with the kNN-LM: every ``interval`` tokens the
+    current state retrieves K neighbours (reused in between). ``on_token(text_so_far)`` and
+    ``on_retrieval(step, neighbours, missing)`` report progress; ``neighbours`` lists
+    ``{"distance", "token", "source", "snippet"}``. If no node answers, the step goes on with
+    the LM alone (``missing`` names the nodes). Returns ``{"text", "retrievals",
+    "lm_only_steps"}``."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ConfigError("prompt", "must be non-empty text")
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+        raise ConfigError("interval", "must be an integer >= 1", value=interval)
+    k = k or retriever.config.k
+    T = temperature or retriever.temperature
+    V = model.config.vocab
+    ids = model.tokenizer.encode(prompt)
+    cache = model.new_cache()
+    logits, hidden = model.forward(ids, cache)
+    out, retrievals, lm_only, p_knn = [], [], 0, None
+    for step in range(tokens):
+        if step % interval == 0:
+            dist, nbr, res = retriever.search(hidden[-1:])
+            p_knn = knnlm.knn_distribution(dist[:, :k], nbr[:, :k], store.values, V, T)
+            found = [{"distance": float(d), "token": model.tokenizer.decode([store.values[i]]),
+                      "source": store.sources[store.passage[i]],
+                      "snippet": _snippet(store.texts[store.passage[i]])}
+                     for d, i in zip(dist[0, :k], nbr[0, :k]) if i >= 0]
+            retrievals.append({"step": step, "neighbours": found, "missing": res.missing})
+            if on_retrieval:
+                on_retrieval(step, found, res.missing)
+        if p_knn is None or not p_knn.any():
+            lm_only += 1
+        p = knnlm.interpolate(knnlm.softmax(logits[-1:]), p_knn, lam)[0]
+        nxt = int(np.argmax(p))
+        out.append(nxt)
+        if on_token:
+            on_token(model.tokenizer.decode(out))
+        if model.tokenizer.eos is not None and nxt == model.tokenizer.eos:
+            break
+        logits, hidden = model.forward([nxt], cache)
+    return {"text": model.tokenizer.decode(out), "tokens": out, "retrievals": retrievals,
+            "lm_only_steps": lm_only}
+
+
+def _snippet(text, words=18):
+    w = text.split()
+    return " ".join(w[:words]) + (" ..." if len(w) > words else "")
+
+
+def settings_dict(s):
+    return asdict(s)

