@@ -44,6 +44,15 @@ def test_knn_distribution_sums_softmax_weights_per_token():
         knnlm.knn_distribution(d, ids, values, 10, temperature=0)
 
 
+def test_follow_moves_neighbours_along_their_passages():
+    passage = np.array([0, 0, 0, 1, 1, 2])
+    ids = np.array([[0, 2, 3, -1, 5]])
+    assert knnlm.follow(ids, 0, passage).tolist() == ids.tolist()
+    # entry 0 -> 1 (same passage); 2 -> 3 crosses into passage 1; 3 -> 4; 5 runs off the end
+    assert knnlm.follow(ids, 1, passage).tolist() == [[1, -1, 4, -1, -1]]
+    assert knnlm.follow(ids, 2, passage).tolist() == [[2, -1, -1, -1, -1]]
+
+
 def test_quantize_keys_clips_outliers_at_the_percentile():
     keys = np.concatenate([np.linspace(-1, 1, 999), [50.0]])[None, :]
     ints, scale = knnlm.quantize_keys(keys, 8)

@@ -118,8 +118,9 @@ def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),
     """Perplexity of the first ``eval_tokens`` next-token predictions of the held-out passages,
     without retrieval and, for each (interval, K, λ), with it. One retrieval per position is
     made (the state at a position does not depend on the interval); an interval uses the
-    retrievals at positions ``0, interval, 2·interval, ...`` of each passage and reuses the
-    last one in between. Returns ``{"tokens", "lm", "runs": [{"interval", "k", "lambda",
+    retrievals at positions ``0, interval, 2·interval, ...`` of each passage and follows
+    their neighbours in between (:func:`~hwgen.host.ralm.knnlm.follow`). Returns
+    ``{"tokens", "lm", "runs": [{"interval", "k", "lambda",
     "ppl", "retrievals"}], "partial_retrievals"}``."""
     T = temperature or retriever.temperature
     ks = ks or (retriever.config.k,)
@@ -141,7 +142,9 @@ def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),
         for interval in intervals:
             at = (np.arange(n) // interval) * interval         # the retrieval in force
             for k in ks:
-                p_knn = knnlm.knn_distribution(dist[at, :k], nbr[at, :k], store.values, V, T)
+                moved = np.stack([knnlm.follow(nbr[a, :k], t - a, store.passage)
+                                  for t, a in enumerate(at)])
+                p_knn = knnlm.knn_distribution(dist[at, :k], moved, store.values, V, T)
                 for lam in lams:
                     p = knnlm.interpolate(p_lm, p_knn, lam)[np.arange(n), target]
                     r = runs.setdefault((interval, k, lam), [0.0, 0])
@@ -201,7 +204,8 @@ def time_split(model, retriever, prompt, tokens=32, interval=1):
 def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam=0.25,
              temperature=None, on_token=None, on_retrieval=None):
     """Greedy continuation of ``prompt`` (text) with the kNN-LM: every ``interval`` tokens the
-    current state retrieves K neighbours (reused in between). ``on_token(text_so_far)`` and
+    current state retrieves K neighbours (followed in their passages in between).
+    ``on_token(text_so_far)`` and
     ``on_retrieval(step, neighbours, missing)`` report progress; ``neighbours`` lists
     ``{"distance", "token", "source", "snippet"}``. If no node answers, the step goes on with
     the LM alone (``missing`` names the nodes). Returns ``{"text", "retrievals",
@@ -216,11 +220,10 @@ def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam
     ids = model.tokenizer.encode(prompt)
     cache = model.new_cache()
     logits, hidden = model.forward(ids, cache)
-    out, retrievals, lm_only, p_knn = [], [], 0, None
+    out, retrievals, lm_only = [], [], 0
     for step in range(tokens):
         if step % interval == 0:
             dist, nbr, res = retriever.search(hidden[-1:])
-            p_knn = knnlm.knn_distribution(dist[:, :k], nbr[:, :k], store.values, V, T)
             found = [{"distance": float(d), "token": model.tokenizer.decode([store.values[i]]),
                       "source": store.sources[store.passage[i]],
                       "snippet": _snippet(store.texts[store.passage[i]])}
@@ -228,7 +231,9 @@ def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam
             retrievals.append({"step": step, "neighbours": found, "missing": res.missing})
             if on_retrieval:
                 on_retrieval(step, found, res.missing)
-        if p_knn is None or not p_knn.any():
+        moved = knnlm.follow(nbr[:, :k], step % interval, store.passage)
+        p_knn = knnlm.knn_distribution(dist[:, :k], moved, store.values, V, T)
+        if not retrievals[-1]["neighbours"]:            # no node answered this retrieval
             lm_only += 1
         p = knnlm.interpolate(knnlm.softmax(logits[-1:]), p_knn, lam)[0]
         nxt = int(np.argmax(p))

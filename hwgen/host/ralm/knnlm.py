@@ -22,10 +22,13 @@ result is empty and the model goes on with the LM alone.
 ``-d / T`` over the K neighbours (``d`` the node's integer squared L2 distance divided by
 ``scale**2``, i.e. in the key's units), summed per value token; the next-token distribution is
 ``λ·p_kNN + (1−λ)·p_LM``. Every ``interval`` tokens a retrieval is made with the current state;
-between retrievals the **last retrieved neighbours' distribution is reused** (it carries
-the retrieved passages' continuation forward: a chunked retrieval model, as RETRO-style models
-of the paper's Dec-L/EncDec-L families retrieve once per chunk). With interval 1 this is the
-plain kNN-LM.
+between retrievals the last retrieved neighbours are **followed in their own passages**
+(:func:`follow`: ``j`` tokens after a retrieval, neighbour entry ``i`` stands for entry
+``i + j``, so its value is the token that came ``j`` tokens later in the neighbour's text;
+RetoMaton's pointers, Alon et al. 2022), with their retrieval distances. A neighbour whose
+passage has ended drops out. With interval 1 this is the plain kNN-LM. (Reusing the last
+retrieval's next tokens unchanged, measured first, raised perplexity above the LM's alone at
+intervals 8 and 64: 42.4 and 43.8 against 41.0.)
 """
 
 import hashlib
@@ -245,6 +248,24 @@ def knn_distribution(distances, ids, values, vocab, temperature=1.0):
         s = -distances[q, ok] / temperature
         w = np.exp(s - s.max())
         np.add.at(out[q], values[ids[q, ok]], w / w.sum())
+    return out
+
+
+def follow(ids, steps, passage):
+    """Neighbours ``ids`` (datastore entries, ``-1`` none) moved ``steps`` tokens on in their
+    own passages: entry ``i`` becomes ``i + steps`` (the state ``steps`` tokens later in the
+    same text, whose value is the token that followed there), or ``-1`` where the passage ends
+    first. Between retrievals the model uses these (RetoMaton's pointers): the neighbours'
+    own continuations, not their next tokens of ``steps`` tokens ago."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if steps == 0:
+        return ids
+    moved = ids + steps
+    ok = (ids >= 0) & (moved < len(passage))
+    out = np.full_like(ids, -1)
+    out[ok] = moved[ok]
+    same = passage[np.where(ok, moved, 0)] == passage[np.where(ids >= 0, ids, 0)]
+    out[~same] = -1
     return out
 
 
