@@ -235,21 +235,12 @@ def bench_queues(echo=print, ks=(16, 64, 100), ahpq=(100, 16)):
 
 def _model_errors(config, stim, result):
     """Per query: (measured total, predicted total) from the node's counters and the model."""
-    from .model import query_cycles
+    from .model import layout_query_cycles
     data = stim["data"]
     pairs = []
     for st, probes, res in zip(result["per_query_stats"], data.probes, stim["results"]):
-        words = [max(data.layout.words(l, ch) for ch in range(config.n_channels))
-                 for l in probes]
-        unit_items = [0] * config.units
-        for l in probes:
-            for ch in range(config.n_channels):
-                n = int(data.layout.count[l, ch])
-                for lane in range(config.codes_per_word):
-                    unit_items[ch * config.codes_per_word + lane] += \
-                        len(range(lane, n, config.codes_per_word))
-        pairs.append((st["stat_cycles"], query_cycles(config, words, unit_items,
-                                                      len(res[0]))["total"]))
+        pairs.append((st["stat_cycles"], layout_query_cycles(config, data.layout, probes,
+                                                             len(res[0]))["total"]))
     return pairs
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["query_cycles", "queue_items", "PAPER_DATASETS", "project"]
+__all__ = ["query_cycles", "layout_query_cycles", "queue_items", "PAPER_DATASETS", "project"]
 
 #: cycles between the last result of the L2 queue entering the id fetch and leaving the node,
 #: beyond two cycles per result: reader command, AXI latency of an ideal memory, FIFOs.
@@ -66,6 +66,21 @@ def query_cycles(config, words, unit_items, results):
     drain = (unit.latency + 2) + 2 + survivors * (2 if systolic else 1) \
         + (c.k if systolic else 2) + FETCH_LATENCY + 2 * results
     return {"lut": lut, "scan": scan, "drain": drain, "total": lut + scan + drain}
+
+
+def layout_query_cycles(config, layout, probes, results):
+    """:func:`query_cycles` of one query probing list ids ``probes`` of a node whose memory
+    holds ``layout`` (:func:`~hwgen.vecsearch.layout.pack_index`): the busiest channel's words
+    per list and the valid codes each unit scans."""
+    words = [max(layout.words(l, ch) for ch in range(config.n_channels)) for l in probes]
+    unit_items = [0] * config.units
+    for l in probes:
+        for ch in range(config.n_channels):
+            n = int(layout.count[l, ch])
+            for lane in range(config.codes_per_word):
+                unit_items[ch * config.codes_per_word + lane] += \
+                    len(range(lane, n, config.codes_per_word))
+    return query_cycles(config, words, unit_items, results)
 
 
 @dataclass(frozen=True)

@@ -164,15 +164,23 @@ def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),
             "partial_retrievals": partial}
 
 
-def time_split(model, retriever, prompt, tokens=32, interval=1):
+def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     """Generate ``tokens`` greedily after ``prompt`` (ids), retrieving every ``interval``
     tokens, and time each token: ``lm_s`` (one decoding step with the KV cache),
     ``encode_s`` (quantise the state and probe the coarse centroids), ``round_trip_s`` (the
-    coordinator's search over TCP, the nodes' work included) and ``node_search_s`` (node 0's
-    golden search of the same query, run in this process). Returns per-token lists and means."""
+    coordinator's search over TCP, the nodes' work included), ``node_search_s`` (node 0's
+    golden search of the same query, run in this process) and ``hw_cycles`` / ``hw_s``: the
+    generated node's cycles for the query (:func:`~hwgen.vecsearch.model.layout_query_cycles`,
+    the cycle model checked against the node's simulation; the slowest node, as they search
+    in parallel) at ``clock_mhz`` (default the board's kernel clock). Returns per-token lists
+    and means."""
+    from ...boards import load_board
+    from ...vecsearch.model import layout_query_cycles
     from ..node_server import NodeService
     from ..shard import load_shard
-    service = NodeService(*load_shard(retriever.shard_paths[0]))
+    services = [NodeService(*load_shard(p)) for p in retriever.shard_paths]
+    service = services[0]
+    clock = clock_mhz or load_board(service.config.board).kernel_clock_mhz
     cache = model.new_cache()
     logits, hidden = model.forward(prompt, cache)
     rows = []
@@ -188,7 +196,10 @@ def time_split(model, retriever, prompt, tokens=32, interval=1):
             t2 = time.perf_counter()
             service.run_search(ints, probes)
             t3 = time.perf_counter()
+            cycles = max(layout_query_cycles(sv.config, sv._packed.layout, probes[0],
+                                             sv.config.k)["total"] for sv in services)
             row.update(encode_s=t1 - t0, round_trip_s=t2 - t1, node_search_s=t3 - t2,
+                       hw_cycles=cycles, hw_s=cycles / (clock * 1e6),
                        partial=bool(res.partial))
         nxt = int(np.argmax(logits[-1]))
         t4 = time.perf_counter()
@@ -196,9 +207,10 @@ def time_split(model, retriever, prompt, tokens=32, interval=1):
         row["lm_s"] = time.perf_counter() - t4
         rows.append(row)
     mean = {k: float(np.mean([r[k] for r in rows if k in r]))
-            for k in ("lm_s", "encode_s", "round_trip_s", "node_search_s")
+            for k in ("lm_s", "encode_s", "round_trip_s", "node_search_s", "hw_cycles", "hw_s")
             if any(k in r for r in rows)}
-    return {"tokens": tokens, "interval": interval, "per_token": rows, "mean": mean}
+    return {"tokens": tokens, "interval": interval, "clock_mhz": clock, "per_token": rows,
+            "mean": mean}
 
 
 def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam=0.25,

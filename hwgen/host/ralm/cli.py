@@ -86,8 +86,12 @@ def ralm():
               help="Neighbours used per retrieval (each <= -k).")
 @click.option("--time-tokens", type=int, default=32, show_default=True,
               help="Tokens generated for the per-token time split.")
+@click.option("--clock-mhz", type=float,
+              help="Clock of the projected node hardware (default: the board's kernel clock, "
+                   "declared, not measured).")
 @_reports
-def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, **common):
+def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, clock_mhz,
+               **common):
     """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
     the per-token time of the LM step and of the retrieval."""
     from . import chamlm, knnlm
@@ -108,7 +112,10 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, **co
     with knnlm.Retriever(index_dir, backend=s.backend) as r:
         ppl = chamlm.perplexity(model, r, store, held, eval_tokens, iv, kk, lams, log=_log)
         prompt = model.tokenizer.encode(held[0].text)[:32]
-        timing = {i: chamlm.time_split(model, r, prompt, time_tokens, i) for i in iv}
+        if clock_mhz is not None and not clock_mhz > 0:
+            raise ConfigError("clock_mhz", "must be > 0", value=clock_mhz)
+        timing = {i: chamlm.time_split(model, r, prompt, time_tokens, i, clock_mhz)
+                  for i in iv}
     out = {"settings": chamlm.settings_dict(s), "datastore_entries": int(len(store.values)),
            "perplexity": ppl, "time": {str(i): t for i, t in timing.items()},
            "paper": chamlm.PAPER}
@@ -127,15 +134,21 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, **co
                    f"{best1['ppl']:.2f} (K {best1['k']}, lambda {best1['lambda']})")
     click.echo(f"per token, ms (mean of {time_tokens} generated tokens):")
     click.echo(f"  {'interval':>8} {'LM step':>8} {'encode':>8} {'round trip':>10} "
-               f"{'node search':>11} {'retrieval share':>15}")
+               f"{'node search':>11} {'retrieval share':>15} {'node hw cycles':>14} "
+               f"{'hw time':>8}")
     for i, t in timing.items():
         m = t["mean"]
         share = sum(m.get(k, 0) for k in ("encode_s", "round_trip_s")) / i
         click.echo(f"  {i:>8} {m['lm_s'] * 1e3:8.2f} {m.get('encode_s', 0) * 1e3:8.2f} "
                    f"{m.get('round_trip_s', 0) * 1e3:10.2f} "
                    f"{m.get('node_search_s', 0) * 1e3:11.2f} "
-                   f"{share / (share + m['lm_s']):15.1%}")
+                   f"{share / (share + m['lm_s']):15.1%} {m.get('hw_cycles', 0):14.0f} "
+                   f"{m.get('hw_s', 0) * 1e3:8.3f}")
         t["retrieval_share"] = share / (share + m["lm_s"])
+    clock = next(iter(timing.values()))["clock_mhz"]
+    click.echo(f"  node hw: the generated node's cycle model on these shards at {clock:g} MHz "
+               f"({'given' if clock_mhz else 'the board clock, declared, not measured'}); "
+               "round trip and node search: golden nodes on this CPU")
     click.echo("paper (Chameleon section 6.3):")
     for k, v in chamlm.PAPER.items():
         click.echo(f"  {k}: {v}")
