@@ -165,3 +165,21 @@ def test_nodes_killed_mid_generation(tiny, indexes):
     assert events[2][1] > 0 and len(events[2][2]) == 1        # one node left
     assert events[3][1] == 0 and len(events[3][2]) == 2       # none: LM alone
     assert g["lm_only_steps"] == 2
+
+
+@pytest.mark.parametrize("args, param", [
+    (["generate", "   "], "prompt"),
+    (["generate", "x", "--interval", "0"], "interval"),
+    (["generate", "x", "--lambda", "1.5"], "lambda"),
+    (["bench", "--lambdas", "0.1,2"], "lambdas"),
+    (["bench", "--ks", "32"], "ks"),
+    (["bench", "--intervals", "1,x"], "intervals"),
+])
+def test_cli_bad_options_name_the_parameter(args, param):
+    """Checked before the model loads: one line naming the parameter, no traceback."""
+    from click.testing import CliRunner
+
+    from hwgen.cli import main
+    r = CliRunner().invoke(main, ["ralm", *args])
+    assert r.exit_code != 0
+    assert param in r.output and "Traceback" not in r.output
