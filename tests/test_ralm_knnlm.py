@@ -146,6 +146,14 @@ def test_empty_prompt_and_bad_interval(tiny, indexes):
         knnlm.Retriever(indexes[1] / "nowhere")
 
 
+@pytest.mark.parametrize("text", ['{"scale": 1.0}', '[1, 2]', '{"scale": "x", "nodes": 1}',
+                                  '{"scale": 1.0, "nodes": 0}', 'not json'])
+def test_bad_index_json_is_one_clear_error(tmp_path, text):
+    (tmp_path / "index.json").write_text(text)
+    with pytest.raises(ConfigError, match="index"):
+        knnlm.Retriever(tmp_path)
+
+
 def test_nodes_killed_mid_generation(tiny, indexes):
     """One node killed: the other still answers (partial results); both killed: the
     generation goes on with the LM alone and says which nodes are missing."""

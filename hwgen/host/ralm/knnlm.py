@@ -148,12 +148,16 @@ class Retriever:
         index_dir = Path(index_dir)
         try:
             info = json.loads((index_dir / "index.json").read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError("index", f"no readable index.json ({e})",
+            self.scale = float(info["scale"])
+            self.temperature = float(info.get("temperature", 1.0))
+            nodes = int(info["nodes"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError("index", f"no readable index.json ({type(e).__name__}: {e})",
                               value=str(index_dir)) from None
-        self.scale = float(info["scale"])
-        self.temperature = float(info.get("temperature", 1.0))
-        self.shard_paths = paths = [index_dir / f"node{i}.npz" for i in range(int(info["nodes"]))]
+        if not (self.scale > 0 and self.temperature > 0 and nodes >= 1):
+            raise ConfigError("index", "index.json needs scale > 0, temperature > 0 and "
+                              "nodes >= 1", value=str(index_dir))
+        self.shard_paths = paths = [index_dir / f"node{i}.npz" for i in range(nodes)]
         self.config, shard = load_shard(paths[0])
         self.coarse = np.asarray(shard.coarse, dtype=np.float32)
         self.nprobe = nprobe or self.config.nprobe_max
