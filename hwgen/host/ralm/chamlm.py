@@ -11,13 +11,13 @@ every ``heldout_every``-th passage is held out for perplexity, the rest go into 
 other passages of the same documents and corpus).
 """
 
-import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.special import softmax
 
 from ...errors import ConfigError
 from . import knnlm
@@ -107,9 +107,6 @@ def prepare(model, settings, log=None):
         index_dir.mkdir(exist_ok=True)
         knnlm.make_index(store, index_dir, nodes=s.nodes, nlist=s.nlist, m=s.m,
                          nprobe=s.nprobe, k=s.k, elem_bits=s.elem_bits, log=say)
-        info = json.loads((index_dir / "index.json").read_text())
-        info["temperature"] = knnlm.calibrate_temperature(store.keys)
-        (index_dir / "index.json").write_text(json.dumps(info))
     return store, index_dir, held
 
 
@@ -134,22 +131,22 @@ def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),
             continue
         logits, hidden = model.forward(ids)
         n = len(ids) - 1
-        p_lm = knnlm.softmax(logits[:n])
+        p_lm = softmax(logits[:n].astype(np.float64), axis=-1)
         target = np.asarray(ids[1:])
         nll_lm -= np.log(p_lm[np.arange(n), target]).sum()
         dist, nbr, res = retriever.search(hidden[:n])
         partial += bool(res.partial)
         for interval in intervals:
             at = (np.arange(n) // interval) * interval         # the retrieval in force
+            moved = np.stack([knnlm.follow(nbr[a], t - a, store.passage)
+                              for t, a in enumerate(at)])
             for k in ks:
-                moved = np.stack([knnlm.follow(nbr[a, :k], t - a, store.passage)
-                                  for t, a in enumerate(at)])
-                p_knn = knnlm.knn_distribution(dist[at, :k], moved, store.values, V, T)
+                p_knn = knnlm.knn_distribution(dist[at, :k], moved[:, :k], store.values, V, T)
                 for lam in lams:
                     p = knnlm.interpolate(p_lm, p_knn, lam)[np.arange(n), target]
                     r = runs.setdefault((interval, k, lam), [0.0, 0])
                     r[0] -= np.log(np.maximum(p, 1e-300)).sum()
-                    r[1] += len(set(at.tolist()))
+                    r[1] += -(-n // interval)                  # retrievals made
         scored += n
         if log:
             log(f"perplexity: {scored}/{eval_tokens} held-out tokens scored "
@@ -176,9 +173,7 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     and means."""
     from ...boards import load_board
     from ...vecsearch.model import layout_query_cycles
-    from ..node_server import NodeService
-    from ..shard import load_shard
-    services = [NodeService(*load_shard(p)) for p in retriever.shard_paths]
+    services = retriever.local_services
     service = services[0]
     clock = clock_mhz or load_board(service.config.board).kernel_clock_mhz
     cache = model.new_cache()
@@ -188,9 +183,7 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
         row = {"token": t, "retrieval": t % interval == 0}
         if row["retrieval"]:
             t0 = time.perf_counter()
-            ints, _ = knnlm.quantize_keys(hidden[-1:], retriever.config.elem_bits,
-                                          retriever.scale)
-            probes = retriever.probes(ints)
+            ints, probes = retriever.encode(hidden[-1:])
             t1 = time.perf_counter()
             res = retriever.coordinator.search(ints, probes, retriever.config.k)
             t2 = time.perf_counter()
@@ -247,7 +240,8 @@ def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam
         p_knn = knnlm.knn_distribution(dist[:, :k], moved, store.values, V, T)
         if not retrievals[-1]["neighbours"]:            # no node answered this retrieval
             lm_only += 1
-        p = knnlm.interpolate(knnlm.softmax(logits[-1:]), p_knn, lam)[0]
+        p = knnlm.interpolate(softmax(logits[-1:].astype(np.float64), axis=-1), p_knn,
+                              lam)[0]
         nxt = int(np.argmax(p))
         out.append(nxt)
         if on_token:
@@ -263,6 +257,3 @@ def _snippet(text, words=18):
     w = text.split()
     return " ".join(w[:words]) + (" ..." if len(w) > words else "")
 
-
-def settings_dict(s):
-    return asdict(s)

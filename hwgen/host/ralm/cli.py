@@ -1,6 +1,7 @@
 """``hwgen ralm bench | generate``: ChamLM (SmolLM2 + a kNN-LM over ChamVS nodes) from the
 command line."""
 
+import dataclasses
 import json
 import sys
 
@@ -127,7 +128,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
             raise ConfigError("clock_mhz", "must be > 0", value=clock_mhz)
         timing = {i: chamlm.time_split(model, r, prompt, time_tokens, i, clock_mhz)
                   for i in iv}
-    out = {"settings": chamlm.settings_dict(s), "datastore_entries": int(len(store.values)),
+    out = {"settings": dataclasses.asdict(s), "datastore_entries": int(len(store.values)),
            "perplexity": ppl, "time": {str(i): t for i, t in timing.items()},
            "paper": chamlm.PAPER}
     click.echo(f"held-out {s.corpus}: {ppl['tokens']} tokens; datastore {len(store.values):,} "

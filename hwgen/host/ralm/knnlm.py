@@ -31,6 +31,7 @@ retrieval's next tokens unchanged, measured first, raised perplexity above the L
 intervals 8 and 64: 42.4 and 43.8 against 41.0.)
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -108,20 +109,23 @@ def build_datastore(model, passages, max_tokens=None, log=None):
 
 
 def quantize_keys(keys, elem_bits, scale=None, percentile=99.9):
-    """``(int64 keys, scale)``: ``round(key * scale)`` saturated to signed ``elem_bits``;
-    ``scale`` maps the ``percentile`` of ``|key|`` to the largest integer."""
-    keys = np.asarray(keys, dtype=np.float64)
-    top = (1 << (elem_bits - 1)) - 1
+    """``(int64 keys, scale)``: ``round(key * scale)`` saturated to signed ``elem_bits``
+    (:func:`~hwgen.vecsearch.ivfpq.quantize_vectors`); ``scale`` defaults to the factor that
+    maps the ``percentile`` of ``|key|`` (not its maximum) to the largest integer."""
+    from ...vecsearch.ivfpq import quantize_vectors
     if scale is None:
+        keys = np.asarray(keys, dtype=np.float64)
         peak = float(np.percentile(np.abs(keys), percentile)) if keys.size else 0.0
-        scale = top / peak if peak > 0 else 1.0
-    return np.clip(np.rint(keys * scale), -top - 1, top).astype(np.int64), float(scale)
+        scale = ((1 << (elem_bits - 1)) - 1) / peak if peak > 0 else 1.0
+    ints, scale = quantize_vectors(keys, elem_bits, scale)
+    return ints, float(scale)
 
 
 def make_index(datastore, out_dir, nodes=2, nlist=64, m=32, nprobe=8, k=16, elem_bits=8,
                log=None):
     """Node shards of ``datastore`` in ``out_dir`` (``node0.npz`` ...) plus ``index.json``
-    (the key scale and the node configuration); returns the shard paths."""
+    (the key scale, the softmax temperature of :func:`calibrate_temperature` and the node
+    configuration); returns the shard paths."""
     from ...vecsearch.node import ChamVSNodeConfig
     from ..shard import make_shards
     config = ChamVSNodeConfig(dim=int(datastore.keys.shape[1]), m=m, nlist=nlist,
@@ -129,8 +133,8 @@ def make_index(datastore, out_dir, nodes=2, nlist=64, m=32, nprobe=8, k=16, elem
     ints, scale = quantize_keys(datastore.keys, elem_bits)
     paths = make_shards(config, ints, nodes, "split-lists", out_dir, log=log)
     (Path(out_dir) / "index.json").write_text(json.dumps(
-        {"scale": scale, "config": config.to_dict(), "nodes": nodes,
-         "entries": int(len(datastore.values))}))
+        {"scale": scale, "temperature": calibrate_temperature(datastore.keys),
+         "config": config.to_dict(), "nodes": nodes, "entries": int(len(datastore.values))}))
     return paths
 
 
@@ -184,14 +188,25 @@ class Retriever:
             raise ToolError(f"node server for {path.name} did not start: {err.strip() or line}")
         return ("127.0.0.1", int(line.split()[-1]))
 
-    def probes(self, ints):
+    def encode(self, states):
+        """``(ints, probes)`` of float states: the node's integer queries and the ``nprobe``
+        nearest lists of each (squared L2 to the integer coarse centroids)."""
+        ints, _ = quantize_keys(np.atleast_2d(states), self.config.elem_bits, self.scale)
         d = ((ints[:, None, :].astype(np.float64) - self.coarse[None]) ** 2).sum(-1)
-        return np.argsort(d, axis=1, kind="stable")[:, :self.nprobe]
+        return ints, np.argsort(d, axis=1, kind="stable")[:, :self.nprobe]
+
+    @functools.cached_property
+    def local_services(self):
+        """A :class:`~hwgen.host.node_server.NodeService` per shard in this process (for
+        timing the node search and for the node's cycle model), built on first use."""
+        from ..node_server import NodeService
+        from ..shard import load_shard
+        return [NodeService(*load_shard(p)) for p in self.shard_paths]
 
     def search(self, states):
-        ints, _ = quantize_keys(np.atleast_2d(states), self.config.elem_bits, self.scale)
-        result = self.coordinator.search(ints, self.probes(ints), self.config.k)
+        ints, probes = self.encode(states)
         k = self.config.k
+        result = self.coordinator.search(ints, probes, k)
         dist = np.full((len(ints), k), np.inf)
         ids = np.full((len(ints), k), -1, dtype=np.int64)
         for q, (d, i) in enumerate(zip(result.distances, result.ids)):
@@ -281,12 +296,6 @@ def interpolate(p_lm, p_knn, lam):
     p_lm, p_knn = np.atleast_2d(p_lm), np.atleast_2d(p_knn)
     have = p_knn.sum(-1, keepdims=True) > 0
     return np.where(have, lam * p_knn + (1 - lam) * p_lm, p_lm)
-
-
-def softmax(logits):
-    z = np.asarray(logits, dtype=np.float64)
-    z = np.exp(z - z.max(-1, keepdims=True))
-    return z / z.sum(-1, keepdims=True)
 
 
 def cache_key(*parts):
