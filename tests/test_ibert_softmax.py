@@ -131,6 +131,22 @@ def test_golden_exp16_is_exact_at_small_scales(scale):
     SoftmaxConfig(scale=scale)
 
 
+def test_golden_exp16_is_exact_beyond_64_bit_products():
+    """At a scores' scale near 8e-6 (a randomly initialised model's), ``z * m`` passes 2**63:
+    the golden model computes it in Python integers instead of wrapping (it returned 0 where
+    the exact value is 30,430); the RTL refuses such configurations."""
+    scale = 8.089735274552368e-06
+    calibrated = golden.calibrate_softmax(np.zeros((1, 1), dtype=np.int64), scale)
+    k = golden.softmax_constants(scale, calibrated)
+    m, e = k["dyadic"]
+    z = np.array([1, k["c_int"] // 3, k["c_int"]])
+    assert int(z.max()) * m >= 1 << 63
+    assert all(int(golden.exp16(zz, qq, m, e)) == _exact_e16(zz, qq, m, e)
+               for zz in z for qq in range(31))
+    with pytest.raises(ConfigError, match="scale"):
+        SoftmaxConfig(scale=scale)
+
+
 def test_invalid_configurations():
     with pytest.raises(ConfigError, match="lanes"):
         SoftmaxConfig(max_len=3, lanes=4)

@@ -259,18 +259,17 @@ def calibrate_softmax(q, scale):
 
 def exp16(z, q, m, e):
     """The 16-bit activation of ``z * 2**(30 - q)``: ``clamp(round(z * 2**(30-q) * m / 2**e),
-    0, 32767)``, computed as ``round(z * m / 2**(e - 30 + q))`` (``z * m`` fits 64 bits)."""
-    t = np.asarray(z, dtype=np.int64) * m
-    s = e - EXP_CONST + np.asarray(q, dtype=np.int64)
+    0, 32767)``, computed as ``round_shift(z * m, e - 30 + q)``: exact at any width (products
+    of 63 bits and more, at very small input scales, are taken in Python integers)."""
+    z, q = np.broadcast_arrays(np.asarray(z, dtype=np.int64), np.asarray(q, dtype=np.int64))
+    shape = z.shape
+    z, s = z.reshape(-1), (e - EXP_CONST + q).reshape(-1)
+    if z.size and int(z.max()) * int(m) >= 1 << 62:
+        z = z.astype(object)
+    t = z * m
     big = s <= 0                       # a left shift: any non-zero product exceeds 2**15
-    gone = s >= 63                     # t < 2**63: the quotient rounds to 0
-    s = np.clip(s, 1, 62)
-    hi = t >> s
-    r = t - (hi << s)
-    half = np.int64(1) << (s - 1)
-    rounded = hi + ((r > half) | ((r == half) & ((hi & 1) == 1))).astype(np.int64)
-    out = np.where(big, np.where(t > 0, 1 << 15, 0), np.where(gone, 0, rounded))
-    return np.clip(out, 0, (1 << 15) - 1)
+    out = np.where(big, np.where(t > 0, 1 << 15, 0), round_shift(t, np.maximum(s, 1)))
+    return np.clip(out, 0, (1 << 15) - 1).astype(np.int64).reshape(shape)
 
 
 def int_softmax(q, scale, output_bits=8, act_scale=None):

@@ -101,7 +101,7 @@ class SoftmaxConfig(Config):
                               value=self.lanes)
         if self.t_max >= 1 << 63:
             raise ConfigError("scale", "is so small (or act_scale so large) that z * m exceeds "
-                              "int64, where golden.exp16 wraps", value=self.scale)
+                              "the RTL's 64-bit product", value=self.scale)
 
     # -- constants -----------------------------------------------------------------------------
 
