@@ -57,19 +57,43 @@ def test_index_files_and_sizes(built):
     assert c.shape == (384, 32) and np.allclose(c.T @ c, np.eye(32), atol=1e-4)
 
 
-def test_token_states_equal_hugging_face(encoder):
-    """The encoder's hidden states against transformers' BertModel on the same weights."""
+@pytest.mark.float_reference
+def test_token_states_equal_hugging_face():
+    """The encoder's hidden states (``MiniLM.encode_tokens``, what ESPN's encoder stores)
+    against transformers' BertModel on the same weights."""
     transformers = pytest.importorskip("transformers")
     import torch
-    from hwgen.host.windve.model import load_tokenizer, model_dir
+    from hwgen.host.windve.model import MiniLM, load_tokenizer, model_dir
     ref = transformers.AutoModel.from_pretrained(str(model_dir()), local_files_only=True).eval()
+    model = MiniLM()
     for text in QUERIES[:3]:
-        _, ours = encoder.model.encode_tokens([text])
+        _, ours = model.encode_tokens([text])
         ids = torch.tensor([load_tokenizer().encode(text.strip()).ids])
         with torch.inference_mode():
             theirs = ref(input_ids=ids).last_hidden_state[0].numpy()
         assert ours[0].shape == theirs.shape
         assert np.abs(ours[0] - theirs).max() < 1e-4
+
+
+@pytest.mark.float_reference
+def test_token_states_equal_hugging_face_in_float64():
+    """The same in float64, where both compute the same network with rounding near 1e-16: the
+    hidden states (of magnitude up to about 10) agree within 1e-11; the float32 comparison
+    above (1e-4, 2**-13 of those magnitudes) runs under every CPU path
+    (``tests/test_cpu_paths.py``)."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from hwgen.host.windve.model import MiniLM, load_tokenizer, model_dir
+    ref = transformers.AutoModel.from_pretrained(str(model_dir()), local_files_only=True)
+    ref = ref.double().eval()
+    ours = MiniLM(dtype="float64")
+    for text in QUERIES[:3]:
+        _, mine = ours.encode_tokens([text])
+        ids = torch.tensor([load_tokenizer().encode(text.strip()).ids])
+        with torch.inference_mode():
+            theirs = ref(input_ids=ids).last_hidden_state[0].numpy()
+        assert mine[0].dtype == np.float64
+        assert np.abs(mine[0] - theirs).max() < 1e-11
 
 
 def test_projected_tokens_are_unit_float16(built, encoder):

@@ -127,11 +127,13 @@ class MiniLM:
 
     ``threads``: when given, ``torch.set_num_threads(threads)`` (process-wide: WindVE runs one
     instance per process). ``device``: a PyTorch device, ``"cpu"``, ``"cuda"``, ``"cuda:1"``,
-    ``"npu:0"``. The weights are loaded once, in float32, and used read-only: one instance can be
-    shared by threads, though PyTorch then splits its CPU threads between them.
+    ``"npu:0"``. The weights are loaded once, in ``dtype``, and used read-only: one instance can be
+    shared by threads, though PyTorch then splits its CPU threads between them. ``dtype``:
+    ``"float32"`` (the served model) or ``"float64"`` (the same computation in double, for
+    checking the float32 one: outputs are then float64).
     """
 
-    def __init__(self, threads=None, device="cpu"):
+    def __init__(self, threads=None, device="cpu", dtype="float32"):
         import torch
         from safetensors.torch import load_file
         if threads is not None:
@@ -140,7 +142,10 @@ class MiniLM:
             torch.set_num_threads(threads)
         if str(device).split(":")[0] == "npu":     # registers the "npu" device with torch
             importlib.import_module("torch_npu")
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype={dtype!r}: must be 'float32' or 'float64'")
         self._torch = torch
+        self.dtype = getattr(torch, dtype)
         self.device = torch.device(device)
         config = load_config()
         self.eps = float(config["layer_norm_eps"])
@@ -149,7 +154,7 @@ class MiniLM:
         self.tokenizer = load_tokenizer()
         raw = load_file(str(model_dir() / "model.safetensors"))
         self.weights = self._prepare(raw, config)
-        self._mask_bias = torch.finfo(torch.float32).min
+        self._mask_bias = torch.finfo(self.dtype).min
 
     def _prepare(self, raw, config):
         """The tensors the forward pass uses, on the device; Q, K and V fused into one matmul."""
@@ -171,7 +176,7 @@ class MiniLM:
                                f"({config['vocab_size']}, {DIM})")
 
         def get(name):
-            return raw[name].to(device=self.device, dtype=torch.float32).contiguous()
+            return raw[name].to(device=self.device, dtype=self.dtype).contiguous()
 
         w = {"word": get("embeddings.word_embeddings.weight"),
              "position": get("embeddings.position_embeddings.weight")[:MAX_TOKENS].contiguous(),
@@ -237,16 +242,17 @@ class MiniLM:
         only when ``tokens`` asks for them (:meth:`encode` does not)."""
         batch = self._batch(texts, truncate)
         if batch is None:
-            return np.zeros((0, DIM), dtype=np.float32), ([] if tokens else None)
+            empty = np.zeros((0, DIM), dtype=str(self.dtype).removeprefix("torch."))
+            return empty, ([] if tokens else None)
         input_ids, mask = batch
         torch = self._torch
         with torch.inference_mode():
             mask_t = torch.from_numpy(mask).to(self.device)
             hidden = self._encoder(torch.from_numpy(input_ids).to(self.device), mask_t)
-            pooled = self._pool(hidden, mask_t).to("cpu", torch.float32).numpy()
+            pooled = self._pool(hidden, mask_t).to("cpu", self.dtype).numpy()
             if not tokens:
                 return pooled, None
-            hidden = hidden.to("cpu", torch.float32).numpy()
+            hidden = hidden.to("cpu", self.dtype).numpy()
         return pooled, [hidden[k, :n] for k, n in enumerate(mask.sum(axis=1))]
 
     def _encoder(self, input_ids, mask):
@@ -260,7 +266,7 @@ class MiniLM:
 
         x = F.embedding(input_ids, w["word"]) + w["position"][:length] + w["type0"]
         x = F.layer_norm(x, (DIM,), *w["ln"], eps=self.eps)
-        # additive bias on the keys: 0 on real tokens, the float32 minimum on padding
+        # additive bias on the keys: 0 on real tokens, the dtype's minimum on padding
         bias = torch.zeros((batch, 1, 1, length), dtype=x.dtype, device=x.device)
         bias.masked_fill_(~mask[:, None, None, :], self._mask_bias)
         for layer in w["layers"]:
