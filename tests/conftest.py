@@ -4,6 +4,7 @@ CI (``.ci/run`` -> ``make test``) installs every tool, so nothing is skipped the
 """
 
 import importlib.util
+import os
 import shutil
 
 import pytest
@@ -41,3 +42,20 @@ def assert_fuzz_exact(result):
     assert result["counter_mismatches"] == 0
     assert result["status"] == result["status_expected"]
     assert all(result["status"][k] > 0 for k in DROP_KINDS), result["status"]
+
+
+def pytest_configure(config):
+    """``HWGEN_TORCH_THREADS`` (set by ``tests/test_cpu_paths.py`` for its sub-runs) pins
+    torch's intra-op thread count for the whole run, whatever a test or the code under test
+    asks for; ``HWGEN_EXPECT_CPU_CAPABILITY`` makes sure ``ATEN_CPU_CAPABILITY`` took effect."""
+    threads = os.environ.get("HWGEN_TORCH_THREADS")
+    expect = os.environ.get("HWGEN_EXPECT_CPU_CAPABILITY")
+    if not threads and not expect:
+        return
+    import torch
+    if expect and torch.backends.cpu.get_cpu_capability().lower() != expect.lower():
+        raise pytest.UsageError(f"ATEN_CPU_CAPABILITY={expect} did not take effect: torch "
+                                f"runs {torch.backends.cpu.get_cpu_capability()}")
+    if threads:
+        torch.set_num_threads(int(threads))
+        torch.set_num_threads = lambda n: None        # the pinned count stays for the run

@@ -40,6 +40,7 @@ def test_golden_matches_float64_einsum(dim, q_len):
     np.testing.assert_array_equal(got, _reference_float(query, docs).astype(np.int64))
 
 
+@pytest.mark.float_reference
 def test_golden_matches_torch():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(5)

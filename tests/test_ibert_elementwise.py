@@ -117,6 +117,7 @@ def test_requant_rtl_constants_are_golden(scale_in, scale_out):
         assert e - b["shift"] >= 0
 
 
+@pytest.mark.float_reference
 @pytest.mark.parametrize("scale_in, scale_out", REQUANT_SCALES)
 def test_requant_constants_match_reference(scale_in, scale_out):
     torch = pytest.importorskip("torch")
@@ -153,16 +154,32 @@ def _reference_gelu_constants(scale):
     return int(b), int(c), int(shift)
 
 
+def _assert_gelu_constants_agree(got, scale):
+    """``b`` and ``c`` are ``floor(coeff * (1 / s))`` with torch's vector reciprocal, which is
+    allowed two units in the last place (``tests/ibert_float32.py``): where ``coeff / s`` lies
+    within that (``2**-21`` relative, with the product's rounding) of an integer, the
+    reference may floor to the neighbour, and the golden's correctly rounded constant may
+    differ from it by one there and only there. ``shift`` is IEEE-exact: equal."""
+    ref = _reference_gelu_constants(scale)
+    s = float(np.float32(np.float32(scale) / np.float32(1.4142)))
+    assert got[2] == ref[2]
+    for k, value in ((0, -1.769 / s), (1, (1 / -0.2888) / (s * s))):
+        near = abs(value - round(value)) <= abs(value) * 2.0 ** -20
+        assert got[k] == ref[k] or (near and abs(got[k] - ref[k]) == 1), (k, got, ref)
+
+
+@pytest.mark.float_reference
 @pytest.mark.parametrize("scale", GELU_SCALES)
 def test_gelu_constants_match_reference(scale):
-    assert GeluConfig(scale=scale).constants[:3] == _reference_gelu_constants(scale)
+    _assert_gelu_constants_agree(GeluConfig(scale=scale).constants[:3], scale)
 
 
+@pytest.mark.float_reference
 def test_gelu_shift_constant_matches_reference_at_a_known_divergent_scale():
     """The reference's ``1.0 // x`` is torch's fmod-based floor division, one less than
     floor(1 / x) at some scales; golden emulates it."""
     scale = 0.00024202153117226267
-    assert golden.gelu_constants(scale)[:3] == _reference_gelu_constants(scale)
+    _assert_gelu_constants_agree(golden.gelu_constants(scale)[:3], scale)
 
 
 # -- the RTL at many scales (Amaranth simulator) -----------------------------------------------

@@ -244,6 +244,7 @@ def _same_calibration(new, old, where):
         assert new == old, where
 
 
+@pytest.mark.float_reference
 @needs_minilm
 def test_shipped_files_regenerate(minilm_params, tmp_path):
     from hwgen.ibert import minilm

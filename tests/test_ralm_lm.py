@@ -82,6 +82,7 @@ def reference(config, w, ids):
     return np.array(logits)
 
 
+@pytest.mark.float_reference
 @pytest.mark.parametrize("tied", [True, False])
 def test_forward_matches_reference_loop(tied):
     w = tiny_weights(TINY, seed=3, tied=tied)
@@ -94,6 +95,7 @@ def test_forward_matches_reference_loop(tied):
     np.testing.assert_allclose(logits, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
 
 
+@pytest.mark.float_reference
 def test_kv_cache_gives_the_same_logits_as_one_pass():
     model = lm.Llama(TINY, tiny_weights(TINY, seed=5))
     ids = list(np.random.default_rng(2).integers(0, TINY.vocab, 9))
@@ -137,6 +139,7 @@ def smollm2():
     return lm.load(path), path
 
 
+@pytest.mark.float_reference
 def test_smollm2_against_transformers_gguf_loading(smollm2):
     """A second implementation of the same file: transformers dequantises the GGUF itself
     (un-permuting Q and K) into its LlamaForCausalLM and builds its own tokenizer."""
