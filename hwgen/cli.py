@@ -455,6 +455,38 @@ def bench_timing(seeds, names, json_path):
     run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log)
 
 
+@bench.command("tests")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False, exists=True),
+              required=True, help="The HWGEN_PROFILE file of a test run (make test writes "
+              "build/profile/events.jsonl).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False),
+              help="pytest's JUnit XML of the same run (per-test call time).")
+@click.option("--setup-seconds", type=float, help="Measured set-up time (venv, Debian).")
+@click.option("--wall-seconds", type=float, help="Measured pytest wall time.")
+@click.option("--budget", "budget_path", type=click.Path(dir_okay=False, exists=True),
+              help="Fail when the distinct Verilator builds exceed this JSON's numbers "
+              "(tests/build_budget.json).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report as JSON.")
+@reports_errors
+def bench_tests(events_path, junit_path, setup_seconds, wall_seconds, budget_path, json_path):
+    """Where a test run's time went: set-up, every Verilator build (hit or miss), every
+    yosys and nextpnr run, the slowest tests; and the build budget."""
+    from .flow import profile
+    if json_path:
+        checks.output_file("json", json_path)
+    report = profile.summarize(profile.read_events(events_path), junit=junit_path,
+                               setup_seconds=setup_seconds, wall_seconds=wall_seconds)
+    for line in profile.table(report):
+        click.echo(line)
+    errors = profile.check_budget(report, budget_path) if budget_path else []
+    report["budget_errors"] = errors
+    if json_path:
+        _write_json(json_path, report)
+    if errors:
+        raise click.ClickException("; ".join(errors))
+
+
 @bench.command("sim")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),

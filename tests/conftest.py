@@ -59,3 +59,41 @@ def pytest_configure(config):
     if threads:
         torch.set_num_threads(int(threads))
         torch.set_num_threads = lambda n: None        # the pinned count stays for the run
+
+
+#: Markers whose tests run a tool build (Verilator, yosys, nextpnr, MPI): ``slow`` unless
+#: they are the one small simulation per accelerator that ``make test-quick`` keeps.
+_TOOL_MARKS = (requires_verilator, requires_yosys, requires_ecp5_flow, requires_mpi)
+#: Test files whose every test is slow for the inner loop (reference runs in subprocesses,
+#: a 135M-parameter LM against transformers).
+_SLOW_FILES = ("test_cpu_paths.py", "test_ralm_lm.py", "test_ralm_knnlm.py")
+
+
+def _needs_tool(item):
+    reasons = {m.kwargs.get("reason") for m in item.iter_markers("skipif")}
+    return any(mark.kwargs.get("reason") in reasons for mark in _TOOL_MARKS)
+
+
+def _quick_simulation(item):
+    """tests/test_sim.py's first configuration of each accelerator on the native engine."""
+    spec = getattr(item, "callspec", None)
+    return (item.path.name == "test_sim.py" and item.originalname ==
+            "test_bit_exact_with_random_stalls" and spec is not None
+            and spec.params.get("index") == 0 and spec.params.get("engine") == "native")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow`` (deselected by ``make test-quick``): every test that builds with a tool, except
+    one small simulation per accelerator, and the files in :data:`_SLOW_FILES`.
+
+    ``xdist_group`` (``--dist loadgroup`` in ``make test``): tests that share one cached build
+    run on one worker, one after the other, instead of a second worker waiting on the build's
+    lock: tests/test_sim.py by accelerator, the cluster encoder runs together."""
+    for item in items:
+        if (item.path.name in _SLOW_FILES or _needs_tool(item)) and not _quick_simulation(item):
+            item.add_marker(pytest.mark.slow)
+        spec = getattr(item, "callspec", None)
+        if item.path.name == "test_sim.py" and spec is not None and "name" in spec.params:
+            item.add_marker(pytest.mark.xdist_group(spec.params["name"]))
+        elif item.path.name == "test_cluster_encoder_sim.py":
+            item.add_marker(pytest.mark.xdist_group("mini_encoder"))

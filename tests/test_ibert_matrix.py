@@ -34,7 +34,9 @@ KEYS = ("cycles_per_matrix", "matrix_interval", "cycles_per_row", "latency_cycle
 
 def measure(name, values, m, m_q=None):
     """Simulate one matrix and two back-to-back matrices of M_k = ``m`` (M_q = ``m_q``) at
-    --stall 0: the first gives the matrix's cycles and latency, the difference the interval."""
+    --stall 0: the first gives the matrix's cycles and latency, the difference the interval.
+    On the native engine: without stalls it counts the cocotb testbench's cycles exactly
+    (``tests/test_sim.py::test_engines_agree_without_stalls``)."""
     acc = registry.get(name)
     cfg = acc.config.from_dict(values)
     runs = []
@@ -43,7 +45,7 @@ def measure(name, values, m, m_q=None):
         if m_q is not None:
             options["k_sizes"] = [m] * count
         result = simulate(acc, cfg, items=(m_q or m) * count, seed=5, stall=0.0,
-                          stimulus_options=options)
+                          stimulus_options=options, engine="native")
         assert not result["timeout"]
         assert result["mismatches"] == 0, result["first_mismatches"]
         runs.append(result)

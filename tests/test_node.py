@@ -126,17 +126,12 @@ def test_user_vectors_dimension_96(tmp_path):
 
 @requires_verilator
 @requires_faiss
-def test_scan_reaches_the_memory_limit():
-    """With lists long enough to hide LUT construction (digits replicated 32 times, nlist 4),
-    the scan delivers at least 0.95 of channels x 64 / m codes per cycle from ideal memories;
-    on the default digits index (LUT-bound) no memory cycle is lost (efficiency >= 0.95)."""
-    from hwgen.datasets import digits, replicated
+def test_scan_loses_no_memory_cycle():
+    """On the default digits index (LUT-bound) no memory cycle is lost (efficiency >= 0.95).
+    The long-list case (digits replicated 32 times, nlist 4: the scan at 0.95 of channels x
+    64 / m codes per cycle or more) is ``hwgen bench chamvs``'s, which asserts it (a
+    51,104-vector simulation)."""
     from hwgen.vecsearch.bench import run_node_case
-    big = replicated(digits()[0][:-200], 32)
-    cfg = ChamVSNodeConfig(nlist=4)
-    result, _ = run_node_case(cfg, queries=3, base=big)
-    assert result["mismatches"] == 0
-    assert result["scan_codes_per_cycle"] >= 0.95 * cfg.units
     default = ChamVSNodeConfig()
     result, _ = run_node_case(default, queries=4)
     assert result["mismatches"] == 0 and result["scan_efficiency"] >= 0.95

@@ -34,12 +34,13 @@ import numpy as np
 
 from ..errors import ToolError
 from .emit import emit_verilog
+from . import profile
 from .package import render
 from .ports import SIDEBANDS
 from .scoreboard import DRAIN_CYCLES
 from .simulate import SimBuild
 from .tools import cache_dir, file_lock, use_verilator, write_atomic
-from .verilator import VERILATOR_ARGS
+from .verilator import VERILATOR_ARGS, cxx_flags
 
 __all__ = ["ENGINES", "NativeBuild", "build_native", "run_native"]
 
@@ -86,11 +87,13 @@ def build_native(acc, config, *, waves=False, log=None):
     build_dir = work / ("native-waves" if waves else "native")
     with file_lock(work / f".{build_dir.name}.lock"):
         build_dir.mkdir(parents=True, exist_ok=True)
+        flags = VERILATOR_ARGS + cxx_flags("native")
         key = hashlib.sha256(v_path.read_bytes() + source.encode() +
-                             " ".join(VERILATOR_ARGS).encode()).hexdigest()
+                             " ".join(flags).encode()).hexdigest()
         stamp = build_dir / "hwgen.stamp"
         exe = build_dir / "Vsim"
         if stamp.exists() and stamp.read_text() == key and exe.exists():
+            profile.record("native", acc.top_name, build_dir, 0.0, True)
             return NativeBuild(build_dir, acc.top_name, ports, True, 0.0)
         if log:
             log(f"compiling the native testbench of {acc.top_name} into {build_dir} ...")
@@ -98,16 +101,18 @@ def build_native(acc, config, *, waves=False, log=None):
         use_verilator()
         start = time.monotonic()
         cmd = ["verilator", "--cc", "--exe", "--build", "-j", str(min(2, os.cpu_count() or 1)),
-               *VERILATOR_ARGS, *(["--trace"] if waves else []), "--top-module", acc.top_name,
+               *flags, *(["--trace"] if waves else []), "--top-module", acc.top_name,
                "-Mdir", str(build_dir / "obj"),
-               "-o", str(exe), "-CFLAGS", "-O2", str(v_path), str(build_dir / "harness.cpp")]
+               "-o", str(exe), str(v_path), str(build_dir / "harness.cpp")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         (build_dir / "build.log").write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0 or not exe.exists():
             raise ToolError(f"native build of {acc.top_name} failed; log "
                             f"{build_dir / 'build.log'}:\n{(proc.stdout + proc.stderr)[-2000:]}")
         write_atomic(stamp, key)
-        return NativeBuild(build_dir, acc.top_name, ports, False, time.monotonic() - start)
+        seconds = time.monotonic() - start
+        profile.record("native", acc.top_name, build_dir, seconds, False)
+        return NativeBuild(build_dir, acc.top_name, ports, False, seconds)
 
 
 def _record_dtype(view, output):
@@ -218,6 +223,7 @@ def run_native(build, job, run_dir, *, progress_label=None):
             names = job["sample"]["signals"]
             values = np.fromfile(run_dir / "samples.bin", dtype="<u8").reshape(-1, len(names))
             samples = [dict(zip(names, row)) for row in values.tolist()]
+    profile.record("native-run", build.top, build.directory, time.monotonic() - start, False)
     handshakes = {p: {k: (v or None) if k in ("first", "last") else v for k, v in h.items()}
                   for p, h in summary["handshakes"].items()}
     result = {"cycles_run": summary["cycles_run"], "timeout": summary["timeout"],

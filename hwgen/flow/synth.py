@@ -29,6 +29,7 @@ import subprocess
 import time
 
 from ..errors import ToolError
+from . import profile
 from .emit import emit_verilog
 from .tools import cache_dir, file_lock, yosys_path
 
@@ -93,6 +94,7 @@ def _synthesize(acc, config, board, exe, family, work, log):
         old = json.loads(cached.read_text())
         if old.get("key") == key:
             counts, seconds, version = old["counts"], old["seconds"], old["yosys"]
+            profile.record("yosys", acc.top_name, work, 0.0, True)
         else:
             old = None
     else:
@@ -108,6 +110,7 @@ def _synthesize(acc, config, board, exe, family, work, log):
         if proc.returncode != 0:
             raise ToolError(f"yosys failed on {acc.name} (exit {proc.returncode}); log "
                             f"{log_path}:\n{(proc.stderr or proc.stdout)[-2000:]}")
+        profile.record("yosys", acc.top_name, work, seconds, False)
         counts = parse_stat(log_path.read_text())
         version = subprocess.run([exe, "-V"], capture_output=True, text=True).stdout.strip()
         cached.write_text(json.dumps({"key": key, "counts": counts, "seconds": seconds,

@@ -31,6 +31,7 @@ from pathlib import Path
 from amaranth.back import verilog
 
 from ..errors import ConfigError, ToolError
+from . import profile
 from .emit import emit_verilog
 from .tools import cache_dir, file_lock, yosys_path
 
@@ -99,7 +100,9 @@ def _run(cmd, cwd, what, log_name, timeout=None):
         tail = (proc.stderr or proc.stdout)[-1500:]
         raise ToolError(f"{what} failed (exit {proc.returncode}); log {Path(cwd) / log_name}:"
                         f"\n{tail}")
-    return round(time.monotonic() - start, 1)
+    seconds = round(time.monotonic() - start, 1)
+    profile.record(Path(cmd[0]).name.removeprefix("yowasp-"), what, cwd, seconds, False)
+    return seconds
 
 
 def _tool_version(exe):

@@ -16,13 +16,32 @@ import time
 from pathlib import Path
 
 from ..errors import ToolError
+from . import profile
 from .tools import file_lock, use_verilator, write_atomic
 
-__all__ = ["VERILATOR_ARGS", "verilate", "run_testbench"]
+__all__ = ["VERILATOR_ARGS", "cxx_flags", "verilate", "run_testbench"]
 
 #: Amaranth's Verilog trips width and unused-signal warnings; they are not errors.
 VERILATOR_ARGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT",
                   "-Wno-UNUSEDSIGNAL", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+
+#: C++ optimisation of the Verilated model per build kind (``-CFLAGS`` comes after Verilator's
+#: own ``OPT_FAST``/``OPT_SLOW``, so it wins). ``HWGEN_BUILD=test`` (``make test``) compiles
+#: at -O1: the suite's simulations are short, and -O1 compiles in about half the time of -O2
+#: while simulating close to its speed (README "Test suite"). Benches, sweeps and the CLI
+#: keep -O2 for the native engine and Verilator's default (-Os) under cocotb.
+CXX_OPT = {"test": {"cocotb": "-O1", "native": "-O1"},
+           "": {"cocotb": None, "native": "-O2"}}
+
+
+def cxx_flags(engine):
+    """``-CFLAGS`` arguments of a build for ``engine`` (``cocotb`` or ``native``) under
+    ``$HWGEN_BUILD``."""
+    kind = os.environ.get("HWGEN_BUILD", "")
+    if kind not in CXX_OPT:
+        raise ToolError(f"HWGEN_BUILD={kind!r}: must be one of {sorted(CXX_OPT)}")
+    opt = CXX_OPT[kind][engine]
+    return ["-CFLAGS", opt] if opt else []
 
 
 def _runner():
@@ -39,11 +58,14 @@ def verilate(v_path, top, build_dir, *, waves=False, log=None):
     build_dir = Path(build_dir)
     # One build at a time per folder: a second process waits and then finds it cached.
     with file_lock(build_dir.parent / f".{build_dir.name}.lock"):
-        return _verilate(v_path, top, build_dir, waves=waves, log=log)
+        cached, seconds = _verilate(v_path, top, build_dir, waves=waves, log=log)
+    profile.record("verilator", top, build_dir, seconds, cached)
+    return cached, seconds
 
 
 def _verilate(v_path, top, build_dir, *, waves, log):
-    key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + " ".join(VERILATOR_ARGS)
+    args = VERILATOR_ARGS + cxx_flags("cocotb")
+    key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + " ".join(args)
     stamp = build_dir / "hwgen.stamp"
     if stamp.exists() and stamp.read_text() == key and (build_dir / top).exists():
         return True, 0.0
@@ -55,7 +77,7 @@ def _verilate(v_path, top, build_dir, *, waves, log):
     log_file = build_dir / "build.log"
     try:
         runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
-                     build_args=VERILATOR_ARGS, waves=waves, always=True, log_file=log_file)
+                     build_args=args, waves=waves, always=True, log_file=log_file)
     except (RuntimeError, SystemExit) as e:
         tail = log_file.read_text()[-2000:] if log_file.exists() else ""
         raise ToolError(f"Verilator build of {top} failed ({e}); log {log_file}:\n{tail}") \
@@ -75,8 +97,11 @@ def run_testbench(test_module, top, build_dir, run_dir, job, *, testcase=None, s
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(run_dir / ".lock"):
-        return _run_testbench(test_module, top, build_dir, run_dir, job, testcase=testcase,
-                              seed=seed, waves=waves, progress_label=progress_label)
+        result, seconds = _run_testbench(test_module, top, build_dir, run_dir, job,
+                                         testcase=testcase, seed=seed, waves=waves,
+                                         progress_label=progress_label)
+    profile.record("cocotb-run", top, build_dir, seconds, False)
+    return result, seconds
 
 
 def _run_testbench(test_module, top, build_dir, run_dir, job, *, testcase, seed, waves,
