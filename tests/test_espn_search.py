@@ -58,42 +58,26 @@ def test_index_files_and_sizes(built):
 
 
 @pytest.mark.float_reference
-def test_token_states_equal_hugging_face():
+@pytest.mark.parametrize("dtype, bound", [("float32", 1e-4), ("float64", 1e-11)])
+def test_token_states_equal_hugging_face(dtype, bound):
     """The encoder's hidden states (``MiniLM.encode_tokens``, what ESPN's encoder stores)
-    against transformers' BertModel on the same weights."""
+    against transformers' BertModel on the same weights. In float64 both compute the same
+    network with rounding near 1e-16: the hidden states (of magnitude up to about 10) agree
+    within 1e-11, which leaves no room for another computation; in float32 within 1e-4 (2**-13
+    of those magnitudes), under every CPU path (``tests/test_cpu_paths.py``)."""
     transformers = pytest.importorskip("transformers")
     import torch
     from hwgen.host.windve.model import MiniLM, load_tokenizer, model_dir
-    ref = transformers.AutoModel.from_pretrained(str(model_dir()), local_files_only=True).eval()
-    model = MiniLM()
+    ref = transformers.AutoModel.from_pretrained(str(model_dir()), local_files_only=True)
+    ref = ref.to(getattr(torch, dtype)).eval()
+    model = MiniLM(dtype=dtype)
     for text in QUERIES[:3]:
         _, ours = model.encode_tokens([text])
         ids = torch.tensor([load_tokenizer().encode(text.strip()).ids])
         with torch.inference_mode():
             theirs = ref(input_ids=ids).last_hidden_state[0].numpy()
-        assert ours[0].shape == theirs.shape
-        assert np.abs(ours[0] - theirs).max() < 1e-4
-
-
-@pytest.mark.float_reference
-def test_token_states_equal_hugging_face_in_float64():
-    """The same in float64, where both compute the same network with rounding near 1e-16: the
-    hidden states (of magnitude up to about 10) agree within 1e-11; the float32 comparison
-    above (1e-4, 2**-13 of those magnitudes) runs under every CPU path
-    (``tests/test_cpu_paths.py``)."""
-    transformers = pytest.importorskip("transformers")
-    import torch
-    from hwgen.host.windve.model import MiniLM, load_tokenizer, model_dir
-    ref = transformers.AutoModel.from_pretrained(str(model_dir()), local_files_only=True)
-    ref = ref.double().eval()
-    ours = MiniLM(dtype="float64")
-    for text in QUERIES[:3]:
-        _, mine = ours.encode_tokens([text])
-        ids = torch.tensor([load_tokenizer().encode(text.strip()).ids])
-        with torch.inference_mode():
-            theirs = ref(input_ids=ids).last_hidden_state[0].numpy()
-        assert mine[0].dtype == np.float64
-        assert np.abs(mine[0] - theirs).max() < 1e-11
+        assert ours[0].shape == theirs.shape and ours[0].dtype == theirs.dtype
+        assert np.abs(ours[0] - theirs).max() < bound
 
 
 def test_projected_tokens_are_unit_float16(built, encoder):
