@@ -16,13 +16,11 @@ that needs more builds than declared fails until the budget is raised in the sam
 
 import json
 import os
-import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ENV", "record", "timed", "read_events", "summarize", "table", "check_budget"]
+__all__ = ["ENV", "record", "read_events", "summarize", "table", "check_budget"]
 
 ENV = "HWGEN_PROFILE"
 #: Event kinds that are builds of a simulator (counted against the budget).
@@ -42,14 +40,6 @@ def record(kind, name, build, seconds, cached, **extra):
         os.write(fd, (json.dumps(event) + "\n").encode())
     finally:
         os.close(fd)
-
-
-@contextmanager
-def timed(kind, name, build, **extra):
-    """Record one uncached tool run around the ``with`` block."""
-    start = time.monotonic()
-    yield
-    record(kind, name, build, time.monotonic() - start, False, **extra)
 
 
 def read_events(path):
