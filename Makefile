@@ -78,7 +78,7 @@ test-quick: setup
 # The whole suite on an empty build cache (build/profile/cache), with the set-up timed: the
 # profile of a clean run (build/profile/report.json and the table it prints).
 test-profile:
-	@start=$$(date +%s); $(MAKE) --no-print-directory setup; \
+	@mkdir -p build; start=$$(date +%s); $(MAKE) --no-print-directory setup; \
 	  echo $$(( $$(date +%s) - start )) > build/.setup_seconds
 	rm -rf $(PROFILE_DIR)/cache
 	$(call run_pytest,,HWGEN_CACHE=$(abspath $(PROFILE_DIR))/cache,--budget tests/build_budget.json --setup-seconds $$(cat build/.setup_seconds))

@@ -87,7 +87,7 @@ def build_native(acc, config, *, waves=False, log=None):
     build_dir = work / ("native-waves" if waves else "native")
     with file_lock(work / f".{build_dir.name}.lock"):
         build_dir.mkdir(parents=True, exist_ok=True)
-        flags = VERILATOR_ARGS + cxx_flags("native")
+        flags = VERILATOR_ARGS + cxx_flags()
         key = hashlib.sha256(v_path.read_bytes() + source.encode() +
                              " ".join(flags).encode()).hexdigest()
         stamp = build_dir / "hwgen.stamp"

@@ -25,25 +25,22 @@ __all__ = ["VERILATOR_ARGS", "cxx_flags", "verilate", "run_testbench"]
 VERILATOR_ARGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT",
                   "-Wno-UNUSEDSIGNAL", "-O3", "--x-assign", "fast", "--x-initial", "fast"]
 
-#: C++ optimisation of the Verilated model per build kind (``-CFLAGS`` comes after Verilator's
-#: own ``OPT_FAST``/``OPT_SLOW`` and so wins for every file). ``HWGEN_BUILD=test`` (``make
-#: test``) compiles native testbenches at -O1 instead of -O2: the suite's simulations are
-#: short, and pq-decoder's build took 8.9 s at -O1, 14.4 s at -O2 (8.5 s at -O0). cocotb
+#: C++ optimisation of the native testbench's Verilated model per build kind (``-CFLAGS``
+#: comes after Verilator's own ``OPT_FAST``/``OPT_SLOW`` and so wins for every file).
+#: ``HWGEN_BUILD=test`` (``make test``) compiles at -O1 instead of -O2: the suite's simulations
+#: are short, and pq-decoder's build took 8.9 s at -O1, 14.4 s at -O2 (8.5 s at -O0). cocotb
 #: builds keep Verilator's defaults (-Os for the fast path, no optimisation for the ``Slow``
-#: files): with ``--public-flat-rw`` their symbol-table constructor is so large that -O1 on
-#: it took over 8 minutes where the default takes seconds.
-CXX_OPT = {"test": {"cocotb": None, "native": "-O1"},
-           "": {"cocotb": None, "native": "-O2"}}
+#: files) in every kind: with ``--public-flat-rw`` their symbol-table constructor is so large
+#: that -O1 on it took over 8 minutes where the default takes seconds.
+NATIVE_CXX_OPT = {"test": "-O1", "": "-O2"}
 
 
-def cxx_flags(engine):
-    """``-CFLAGS`` arguments of a build for ``engine`` (``cocotb`` or ``native``) under
-    ``$HWGEN_BUILD``."""
+def cxx_flags():
+    """``-CFLAGS`` arguments of a native build under ``$HWGEN_BUILD``."""
     kind = os.environ.get("HWGEN_BUILD", "")
-    if kind not in CXX_OPT:
-        raise ToolError(f"HWGEN_BUILD={kind!r}: must be one of {sorted(CXX_OPT)}")
-    opt = CXX_OPT[kind][engine]
-    return ["-CFLAGS", opt] if opt else []
+    if kind not in NATIVE_CXX_OPT:
+        raise ToolError(f"HWGEN_BUILD={kind!r}: must be one of {sorted(NATIVE_CXX_OPT)}")
+    return ["-CFLAGS", NATIVE_CXX_OPT[kind]]
 
 
 def _runner():
@@ -66,8 +63,7 @@ def verilate(v_path, top, build_dir, *, waves=False, log=None):
 
 
 def _verilate(v_path, top, build_dir, *, waves, log):
-    args = VERILATOR_ARGS + cxx_flags("cocotb")
-    key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + " ".join(args)
+    key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + " ".join(VERILATOR_ARGS)
     stamp = build_dir / "hwgen.stamp"
     if stamp.exists() and stamp.read_text() == key and (build_dir / top).exists():
         return True, 0.0
@@ -79,7 +75,7 @@ def _verilate(v_path, top, build_dir, *, waves, log):
     log_file = build_dir / "build.log"
     try:
         runner.build(sources=[v_path], hdl_toplevel=top, build_dir=build_dir,
-                     build_args=args, waves=waves, always=True, log_file=log_file)
+                     build_args=VERILATOR_ARGS, waves=waves, always=True, log_file=log_file)
     except (RuntimeError, SystemExit) as e:
         tail = log_file.read_text()[-2000:] if log_file.exists() else ""
         raise ToolError(f"Verilator build of {top} failed ({e}); log {log_file}:\n{tail}") \
