@@ -12,7 +12,7 @@ they were measured for this Verilog.
 import json
 from pathlib import Path
 
-from .emit import emit_verilog
+from .emit import emit_accelerator
 from .tools import cache_dir
 
 __all__ = ["build_accelerator", "latest_measurement"]
@@ -42,7 +42,7 @@ def build_accelerator(acc, config, board, out_dir, *, synth=False, log=None):
     """Write the build products of ``config`` into ``out_dir``; returns the written paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    v_path, ports = emit_verilog(acc.build_core(config), acc.top_name, out_dir)
+    v_path, ports = emit_accelerator(acc, config, out_dir)
     written = [v_path, out_dir / "ports.json"]
 
     report = {

@@ -19,8 +19,12 @@ clock / reset           ``ap_clk``, ``ap_rst_n`` (active low, synchronous)
 (:class:`hwgen.flow.ports.StreamFormat`).
 """
 
+import functools
+import hashlib
 import json
 import re
+import sys
+import time
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -28,10 +32,12 @@ from amaranth.hdl import ClockDomain, Module, Shape, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import profile
 from .ports import SIDEBANDS, StreamFormat
-from .tools import write_atomic
+from .tools import cache_dir, write_atomic
 
-__all__ = ["AXISTop", "emit_verilog", "stream_port_name", "drop_zero_memory_init"]
+__all__ = ["AXISTop", "emit_verilog", "emit_accelerator", "source_fingerprint",
+           "stream_port_name", "drop_zero_memory_init"]
 
 _ZERO_INIT = re.compile(r"^( *)initial begin\n(?:\1  \w+\[\d+\] = \d+'h0+;\n)+\1end\n",
                         re.MULTILINE)
@@ -178,4 +184,59 @@ def emit_verilog(core, name, out_dir):
     write_atomic(v_path, text)        # other processes may be reading the cached copy
     ports = {"top": name, **top.ports_description()}
     write_atomic(out_dir / "ports.json", json.dumps(ports, indent=2) + "\n")
+    return v_path, ports
+
+
+@functools.lru_cache(maxsize=None)
+def _package_fingerprint():
+    import amaranth
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(f"{sys.version_info[:2]} amaranth {amaranth.__version__}".encode())
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def source_fingerprint():
+    """Hash of everything an accelerator's Verilog can depend on besides its configuration:
+    hwgen's own files (read once per process), the board files (read at each call: tests
+    point ``hwgen.boards.BOARDS_DIR`` elsewhere), the Amaranth and Python versions."""
+    from .. import boards
+    h = hashlib.sha256(_package_fingerprint().encode())
+    board_dir = Path(boards.BOARDS_DIR)
+    for path in sorted(board_dir.glob("*.toml")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def emit_accelerator(acc, config, out_dir):
+    """:func:`emit_verilog` of ``acc.build_core(config)`` as ``acc.top_name`` into ``out_dir``,
+    through the Verilog cache (``<cache>/verilog/<key>``, the key hashing the accelerator, the
+    configuration and :func:`source_fingerprint`). Amaranth's elaboration and netlist checks
+    take up to a minute on large tops (its combinational-cycle check visits every bit-to-bit
+    edge of wide operators); a configuration is emitted once per source tree, not once per
+    simulation, synthesis or build. Returns ``(verilog_path, ports_dict)``."""
+    out_dir = Path(out_dir)
+    name = acc.top_name
+    config_text = json.dumps({"type": type(config).__name__, **config.to_dict()}, sort_keys=True)
+    key = hashlib.sha256("\0".join([acc.name, name, config_text, source_fingerprint()])
+                         .encode()).hexdigest()[:24]
+    stored = cache_dir() / "verilog" / key
+    start = time.monotonic()
+    if (stored / "ports.json").is_file() and (stored / f"{name}.v").is_file():
+        text = (stored / f"{name}.v").read_text()
+        ports_text = (stored / "ports.json").read_text()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        v_path = out_dir / f"{name}.v"
+        for path, content in ((v_path, text), (out_dir / "ports.json", ports_text)):
+            if not path.is_file() or path.read_text() != content:
+                write_atomic(path, content)
+        profile.record("emit", name, stored, time.monotonic() - start, True)
+        return v_path, json.loads(ports_text)
+    v_path, ports = emit_verilog(acc.build_core(config), name, out_dir)
+    stored.mkdir(parents=True, exist_ok=True)
+    write_atomic(stored / "ports.json", (out_dir / "ports.json").read_text())
+    write_atomic(stored / f"{name}.v", v_path.read_text())      # written last: the hit test
+    profile.record("emit", name, stored, time.monotonic() - start, False)
     return v_path, ports

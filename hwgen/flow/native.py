@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ToolError
-from .emit import emit_verilog
+from .emit import emit_accelerator
 from . import profile
 from .package import render
 from .ports import SIDEBANDS
@@ -67,7 +67,7 @@ def build_native(acc, config, *, waves=False, log=None):
     ``waves`` the model is built with ``--trace`` (a separate build) and the testbench writes
     ``dump.vcd`` into the run folder."""
     work = cache_dir() / f"{acc.name}-{config.digest()}"
-    v_path, ports = emit_verilog(acc.build_core(config), acc.top_name, work / "rtl")
+    v_path, ports = emit_accelerator(acc, config, work / "rtl")
     streams = [_port_view(s) for s in ports["streams"]]
     sample = None
     if acc.model.sample_signals:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import checks
 from ..errors import ConfigError, SimulationMismatch, ToolError
-from .emit import emit_verilog
+from .emit import emit_accelerator
 from .ports import SIDEBANDS, StreamFormat
 from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
 from .tools import cache_dir
@@ -54,7 +54,7 @@ class SimBuild:
 def build_sim(acc, config, *, waves=False, log=None):
     """Emit and Verilate ``config`` of accelerator ``acc`` (cached). Returns a :class:`SimBuild`."""
     work = cache_dir() / f"{acc.name}-{config.digest()}"
-    v_path, ports = emit_verilog(acc.build_core(config), acc.top_name, work / "rtl")
+    v_path, ports = emit_accelerator(acc, config, work / "rtl")
     build_dir = work / ("build-waves" if waves else "build")
     cached, seconds = verilate(v_path, acc.top_name, build_dir, waves=waves, log=log)
     return SimBuild(build_dir, acc.top_name, ports, cached=cached, seconds=seconds)

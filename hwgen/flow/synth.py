@@ -30,7 +30,7 @@ import time
 
 from ..errors import ToolError
 from . import profile
-from .emit import emit_verilog
+from .emit import emit_accelerator
 from .tools import cache_dir, file_lock, yosys_path
 
 __all__ = ["synthesize", "parse_stat", "LUTRAM_WEIGHTS"]
@@ -83,7 +83,7 @@ def synthesize(acc, config, *, board=None, log=None):
 
 
 def _synthesize(acc, config, board, exe, family, work, log):
-    v_path, _ = emit_verilog(acc.build_core(config), acc.top_name, work)
+    v_path, _ = emit_accelerator(acc, config, work)
     script = (f"read_verilog -sv {v_path.name}\n"
               f"synth_xilinx -family {family} -top {acc.top_name} -noiopad -noclkbuf -nowidelut\n"
               f"stat\n")

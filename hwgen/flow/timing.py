@@ -32,7 +32,7 @@ from amaranth.back import verilog
 
 from ..errors import ConfigError, ToolError
 from . import profile
-from .emit import emit_verilog
+from .emit import emit_accelerator
 from .tools import cache_dir, file_lock, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "GOAL_RATIO", "PART",
@@ -293,7 +293,7 @@ def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
 
 def _measure(acc, config, tools, work, seed_list, xilinx, log):
     digest = config.digest()
-    v_path, _ = emit_verilog(acc.build_core(config), acc.top_name, work)
+    v_path, _ = emit_accelerator(acc, config, work)
     top = acc.top_name
     key = hashlib.sha256(v_path.read_bytes() + _flow_key(tools).encode()).hexdigest()[:16]
     stamp = work / "key"
