@@ -7,6 +7,7 @@ testbench's progress file while it runs, and returns the result, never hanging o
 simulator: a run without a result raises :class:`~hwgen.errors.ToolError` with the log's tail.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from ..errors import ToolError
 from . import profile
 from .tools import file_lock, use_verilator, write_atomic
 
-__all__ = ["VERILATOR_ARGS", "cxx_flags", "verilate", "run_testbench"]
+__all__ = ["VERILATOR_ARGS", "VPI_PUBLIC_ARGS", "cxx_flags", "verilate", "run_testbench"]
 
 #: Amaranth's Verilog trips width and unused-signal warnings; they are not errors.
 VERILATOR_ARGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT",
@@ -43,10 +44,35 @@ def cxx_flags():
     return ["-CFLAGS", NATIVE_CXX_OPT[kind]]
 
 
+#: What a cocotb build makes visible through VPI, in place of cocotb's ``--public-flat-rw``
+#: (every signal of every module, read and write). hwgen's testbenches touch the top's ports
+#: only, so the top's signals are enough: a chamvs-node build with its run took 20 s instead of
+#: 47 s, pq-decoder's 2.8 s instead of 8.3 s, with the same cycles and results.
+VPI_PUBLIC_ARGS = ["--public-depth", "1"]
+
+
+@functools.lru_cache(maxsize=None)
+def _runner_class():
+    from cocotb_tools.runner import Verilator
+
+    class TopPortsVerilator(Verilator):
+        """cocotb's Verilator runner with :data:`VPI_PUBLIC_ARGS` for ``--public-flat-rw``."""
+
+        def _build_command(self):
+            cmds = super()._build_command()
+            verilate_cmd = cmds[0]
+            if "--public-flat-rw" not in verilate_cmd:
+                raise ToolError("cocotb's Verilator build command has no --public-flat-rw to "
+                                "replace (cocotb changed?): " + " ".join(verilate_cmd))
+            cmds[0] = [a for arg in verilate_cmd
+                       for a in (VPI_PUBLIC_ARGS if arg == "--public-flat-rw" else [arg])]
+            return cmds
+    return TopPortsVerilator
+
+
 def _runner():
     use_verilator()
-    from cocotb_tools.runner import get_runner
-    return get_runner("verilator")
+    return _runner_class()()
 
 
 def verilate(v_path, top, build_dir, *, waves=False, log=None):
@@ -63,7 +89,8 @@ def verilate(v_path, top, build_dir, *, waves=False, log=None):
 
 
 def _verilate(v_path, top, build_dir, *, waves, log):
-    key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + " ".join(VERILATOR_ARGS)
+    key = hashlib.sha256(Path(v_path).read_bytes()).hexdigest() + " " + \
+        " ".join(VERILATOR_ARGS + VPI_PUBLIC_ARGS)
     stamp = build_dir / "hwgen.stamp"
     if stamp.exists() and stamp.read_text() == key and (build_dir / top).exists():
         return True, 0.0
