@@ -44,11 +44,23 @@ def assert_fuzz_exact(result):
     assert all(result["status"][k] > 0 for k in DROP_KINDS), result["status"]
 
 
+def _pinned_threads():
+    """The torch thread counts of ``HWGEN_TORCH_THREADS`` ("2", or "1,2": each
+    ``float_reference`` test runs once per count)."""
+    text = os.environ.get("HWGEN_TORCH_THREADS", "")
+    return [int(n) for n in text.split(",") if n.strip()]
+
+
+_set_torch_threads = None
+
+
 def pytest_configure(config):
     """``HWGEN_TORCH_THREADS`` (set by ``tests/test_cpu_paths.py`` for its sub-runs) pins
     torch's intra-op thread count for the whole run, whatever a test or the code under test
-    asks for; ``HWGEN_EXPECT_CPU_CAPABILITY`` makes sure ``ATEN_CPU_CAPABILITY`` took effect."""
-    threads = os.environ.get("HWGEN_TORCH_THREADS")
+    asks for (with several counts, :func:`torch_threads` sets each in turn);
+    ``HWGEN_EXPECT_CPU_CAPABILITY`` makes sure ``ATEN_CPU_CAPABILITY`` took effect."""
+    global _set_torch_threads
+    threads = _pinned_threads()
     expect = os.environ.get("HWGEN_EXPECT_CPU_CAPABILITY")
     if not threads and not expect:
         return
@@ -57,8 +69,29 @@ def pytest_configure(config):
         raise pytest.UsageError(f"ATEN_CPU_CAPABILITY={expect} did not take effect: torch "
                                 f"runs {torch.backends.cpu.get_cpu_capability()}")
     if threads:
-        torch.set_num_threads(int(threads))
+        _set_torch_threads = torch.set_num_threads
+        _set_torch_threads(threads[0])
         torch.set_num_threads = lambda n: None        # the pinned count stays for the run
+
+
+def pytest_generate_tests(metafunc):
+    """With several ``HWGEN_TORCH_THREADS`` counts, every ``float_reference`` test runs once
+    per count (one process per CPU capability instead of one per capability and count)."""
+    threads = _pinned_threads()
+    if len(threads) > 1 and metafunc.definition.get_closest_marker("float_reference"):
+        metafunc.parametrize("torch_threads", threads, indirect=True,
+                             ids=[f"threads{n}" for n in threads])
+
+
+@pytest.fixture(autouse=True)
+def torch_threads(request):
+    """The pinned torch thread count of this test (see :func:`pytest_generate_tests`)."""
+    n = getattr(request, "param", None)
+    if n is not None:
+        import torch
+        _set_torch_threads(n)
+        assert torch.get_num_threads() == n
+    return n
 
 
 #: Markers whose tests run a tool build (Verilator, yosys, nextpnr, MPI): ``slow`` unless

@@ -108,7 +108,7 @@ def test_synth_pq_decoder_meets_its_budget(tmp_path):
 def test_sim_chamvs_node_reports_recall_and_efficiency(tmp_path):
     out = tmp_path / "n.json"
     result = run("sim", "chamvs-node", "--set", "m=16", "--set", "k=10", "--queries-count", "20",
-                 "--stall", "0.2", "--json", str(out))
+                 "--stall", "0.2", "--engine", "native", "--json", str(out))
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["mismatches"] == 0 and data["queries"] == 20

@@ -59,7 +59,7 @@ def test_gateway_groups_remap_members():
 
 def _run(index, **kw):
     acc = registry.get("cluster-gateway")
-    return simulate(acc, acc.config.from_dict(TEST_CONFIGS[index]), **kw)
+    return simulate(acc, acc.config.from_dict(TEST_CONFIGS[index]), **{"engine": "native", **kw})
 
 
 @requires_verilator
@@ -87,6 +87,7 @@ def test_gateway_counter_check_catches_wrong_count(monkeypatch):
 def test_header_attach_strip(index):
     acc = registry.get("gmi-header")
     from hwgen.cluster.header import TEST_CONFIGS as HC
-    r = simulate(acc, acc.config.from_dict(HC[index]), items=120, seed=8, stall=0.3)
+    r = simulate(acc, acc.config.from_dict(HC[index]), items=120, seed=8, stall=0.3,
+                 engine="native")
     assert not r["timeout"] and r["mismatches"] == 0, r["first_mismatches"]
     assert r["results"] > 120

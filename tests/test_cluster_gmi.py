@@ -247,7 +247,7 @@ def test_gmi_component_kinds():
 def _sim(kind, index, **kw):
     from hwgen.flow.simulate import simulate
     acc = registry.get(f"gmi-{kind}")
-    return simulate(acc, acc.config.from_dict(TEST_CONFIGS[index]), **kw)
+    return simulate(acc, acc.config.from_dict(TEST_CONFIGS[index]), **{"engine": "native", **kw})
 
 
 @requires_verilator

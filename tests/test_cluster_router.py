@@ -68,7 +68,7 @@ def test_switch_config_errors():
 
 def _run(index, **kw):
     acc = registry.get("cluster-router")
-    return simulate(acc, acc.config.from_dict(TEST_CONFIGS[index]), **kw)
+    return simulate(acc, acc.config.from_dict(TEST_CONFIGS[index]), **{"engine": "native", **kw})
 
 
 @requires_verilator
@@ -112,7 +112,7 @@ def test_kernel_switch_packet_atomic_round_robin(values):
         top_path="hwgen.cluster.switch:KernelSwitch",
         model_path="hwgen.cluster.switch:SwitchModel")
     cfg = SwitchConfig(**values)
-    r = simulate(acc, cfg, items=60, seed=5, stall=0.3, keep_outputs=True)
+    r = simulate(acc, cfg, items=60, seed=5, stall=0.3, keep_outputs=True, engine="native")
     assert not r["timeout"]
     stim = SwitchModel.stimulus(cfg, 60, np.random.default_rng(5))
     want = SwitchModel.routed(cfg, stim)

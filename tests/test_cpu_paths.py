@@ -6,7 +6,9 @@ reductions. A comparison with torch, transformers or sentence-transformers float
 for one of them only fails on some user's machine (issue: LayerNorm passed on an AMD EPYC and
 failed on an Intel Xeon). Every test marked ``float_reference`` is run again in a fresh
 process under each capability this processor supports, with 1 and with 2 torch threads
-(``HWGEN_TORCH_THREADS``: ``tests/conftest.py`` pins torch to it for the whole run).
+(``HWGEN_TORCH_THREADS=1,2``: ``tests/conftest.py`` runs each marked test once per count and
+keeps torch at that count whatever the code under test asks for). One process per capability
+(torch reads ``ATEN_CPU_CAPABILITY`` once, at import) runs both counts.
 """
 
 import os
@@ -47,18 +49,23 @@ def capabilities():
     return caps
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+THREADS = (1, 2)
+
+
 @pytest.mark.parametrize("capability", capabilities())
-def test_float_references_on_every_cpu_path(capability, threads):
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, HWGEN_TORCH_THREADS=str(threads),
+def test_float_references_on_every_cpu_path(capability):
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability,
+               HWGEN_TORCH_THREADS=",".join(map(str, THREADS)),
                HWGEN_EXPECT_CPU_CAPABILITY=capability)
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist",
          "-m", "float_reference", "--no-header", "-rfE", *marked_files()],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     tail = run.stdout[-4000:] + run.stderr[-2000:]
-    assert run.returncode == 0, f"{capability}, {threads} threads:\n{tail}"
+    assert run.returncode == 0, f"{capability}, {THREADS} threads:\n{tail}"
     summary = run.stdout.strip().splitlines()[-1]
     assert " passed" in summary, tail
+    for n in THREADS:                              # each marked test ran at each count
+        assert f"threads{n}" in run.stdout, tail
     if os.environ.get("CI"):                       # CI installs every reference: none skips
         assert "skipped" not in summary, tail

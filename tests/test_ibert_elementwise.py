@@ -363,7 +363,7 @@ def test_cycle_model_matches_simulation_without_stalls(name, index):
     acc = registry.get(name)
     cfg = acc.config.from_dict(acc.test_configs[index])
     rows = 37
-    result = simulate(acc, cfg, items=rows, seed=11, stall=0.0)
+    result = simulate(acc, cfg, items=rows, seed=11, stall=0.0, engine="native")
     assert result["mismatches"] == 0 and not result["timeout"]
     model = cfg.performance(rows)
     assert result["latency_cycles"] == model["latency_cycles"]

@@ -209,7 +209,7 @@ class IsqrtBench:
 def test_rtl_isqrt_matches_golden(stall, width):
     """32 bits, and 40 (the variance of MiniLM's LayerNorm at its calibrated shift 5)."""
     cfg = IsqrtHarnessConfig(width=width)
-    result = simulate(IsqrtBench, cfg, items=4000, seed=21, stall=stall)
+    result = simulate(IsqrtBench, cfg, items=4000, seed=21, stall=stall, engine="native")
     assert not result["timeout"]
     assert result["mismatches"] == 0, result["first_mismatches"]
     stim = IsqrtModel.stimulus(cfg, 4000, np.random.default_rng(21))
@@ -227,7 +227,7 @@ def test_harness_detects_wrong_roots(monkeypatch):
     cfg = IsqrtHarnessConfig(width=32)
     real = golden.isqrt
     monkeypatch.setattr(golden, "isqrt", lambda v: real(v) + (np.asarray(v) % 1000 == 7))
-    result = simulate(IsqrtBench, cfg, items=4000, seed=21, stall=0.3)
+    result = simulate(IsqrtBench, cfg, items=4000, seed=21, stall=0.3, engine="native")
     assert result["mismatches"] > 0
 
 

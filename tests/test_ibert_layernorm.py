@@ -167,7 +167,7 @@ def test_cycles_match_model(index):
     acc = registry.get("ibert-layernorm")
     cfg = acc.config.from_dict(TEST_CONFIGS[index])
     rows = 60
-    result = simulate(acc, cfg, items=rows, seed=5, stall=0.0)
+    result = simulate(acc, cfg, items=rows, seed=5, stall=0.0, engine="native")
     assert result["mismatches"] == 0, result["first_mismatches"]
     model = cfg.performance(rows)
     assert result["latency_cycles"] == model["latency_cycles"]
@@ -189,7 +189,7 @@ def test_harness_detects_wrong_rounding(monkeypatch):
         return (2 * a + n) // (2 * n)
 
     monkeypatch.setattr(golden, "_round_div", round_up)
-    result = simulate(acc, cfg, items=40, seed=8, stall=0.2)
+    result = simulate(acc, cfg, items=40, seed=8, stall=0.2, engine="native")
     assert result["mismatches"] > 0
 
 

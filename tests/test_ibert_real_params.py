@@ -30,7 +30,7 @@ ODD_LINEAR = {"in_features": 37, "out_features": 15, "tiles": 5, "pes": 4}
 
 def sim_exact(name, cfg, items, stall=0.3, seed=3, **options):
     result = simulate(registry.get(name), cfg, items=items, seed=seed, stall=stall,
-                      stimulus_options=options or None)
+                      stimulus_options=options or None, engine="native")
     assert not result["timeout"]
     assert result["mismatches"] == 0, result["first_mismatches"]
     return result

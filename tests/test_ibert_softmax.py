@@ -206,7 +206,7 @@ def _simulate(cfg, M, rows, seed=3):
     acc = registry.get("ibert-softmax")
     config = acc.config.from_dict(cfg)
     result = simulate(acc, config, items=rows, seed=seed, stall=0.0,
-                      stimulus_options={"length": M} if M else None)
+                      stimulus_options={"length": M} if M else None, engine="native")
     assert result["mismatches"] == 0 and not result["timeout"]
     return config, result
 
@@ -251,5 +251,5 @@ def test_simulation_detects_a_wrong_golden_value(monkeypatch):
         np.asarray(q) % 2 == 1, real(z, q, m, e) // 2, real(z, q, m, e)))
     acc = registry.get("ibert-softmax")
     result = simulate(acc, acc.config.from_dict({"max_len": 128}), items=30, seed=4,
-                      stall=0.3)
+                      stall=0.3, engine="native")
     assert result["mismatches"] > 0

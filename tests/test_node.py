@@ -93,7 +93,7 @@ def test_cycle_model_within_five_percent(index):
     from hwgen.vecsearch.bench import run_node_case
     acc = registry.get("chamvs-node")
     cfg = acc.config.from_dict(acc.test_configs[index])
-    result, pairs = run_node_case(cfg, queries=6, seed=2)
+    result, pairs = run_node_case(cfg, queries=6, seed=2, engine="native")
     assert result["mismatches"] == 0
     for measured, predicted in pairs:
         assert abs(predicted - measured) <= 0.05 * measured
@@ -115,7 +115,8 @@ def test_user_vectors_dimension_96(tmp_path):
     res = CliRunner().invoke(main, ["sim", "chamvs-node", "--base", str(tmp_path / "base.npy"),
                                     "--queries", str(tmp_path / "queries.npy"), "--m", "32",
                                     "--nlist", "12", "--nprobe", "3", "--queries-count", "6",
-                                    "--stall", "0.2", "--json", str(out)])
+                                    "--stall", "0.2", "--engine", "native",
+                                    "--json", str(out)])
     assert res.exit_code == 0, res.output
     import json
     data = json.loads(out.read_text())
@@ -133,5 +134,5 @@ def test_scan_loses_no_memory_cycle():
     51,104-vector simulation)."""
     from hwgen.vecsearch.bench import run_node_case
     default = ChamVSNodeConfig()
-    result, _ = run_node_case(default, queries=4)
+    result, _ = run_node_case(default, queries=4, engine="native")
     assert result["mismatches"] == 0 and result["scan_efficiency"] >= 0.95

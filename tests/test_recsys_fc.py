@@ -208,7 +208,7 @@ def measure(values, n=24, seed=5):
     cfg = FCConfig.from_dict(values)
     runs = []
     for count in (1, n):
-        result = simulate(acc, cfg, items=count, seed=seed, stall=0.0)
+        result = simulate(acc, cfg, items=count, seed=seed, stall=0.0, engine="native")
         assert not result["timeout"]
         assert result["mismatches"] == 0, result["first_mismatches"]
         runs.append(result)
@@ -239,7 +239,7 @@ def test_heavy_backpressure_stays_exact():
     """80% input gaps and output stalls on the odd 16-bit configuration."""
     acc = registry.get("recsys-fc")
     cfg = FCConfig.from_dict(TEST_CONFIGS[2])
-    result = simulate(acc, cfg, items=40, seed=9, stall=0.8)
+    result = simulate(acc, cfg, items=40, seed=9, stall=0.8, engine="native")
     assert not result["timeout"] and result["mismatches"] == 0
 
 
