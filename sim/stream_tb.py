@@ -136,6 +136,9 @@ class HandshakeMonitor:
         self.tlast = getattr(dut, f"{name}_tlast", None)
         self.signals = [(s, getattr(dut, s)) for s in sample]
         self.count, self.first, self.last, self.frame_cycles = 0, None, None, 0
+        # cycles with TVALID low between two handshakes (an input's gaps: its source idled),
+        # and with TVALID high and TREADY low (an output's stalls: its sink held a beat back)
+        self.gaps, self.idle, self.held = 0, 0, 0
         self.samples = []
 
     async def run(self):
@@ -146,11 +149,18 @@ class HandshakeMonitor:
             cycle += 1
             if sample_next:
                 self.samples.append({n: int(sig.value) for n, sig in self.signals})
-            fired = bool(self.valid.value) and bool(self.ready.value)
+            valid = bool(self.valid.value)
+            fired = valid and bool(self.ready.value)
             last = fired and self.tlast is not None and bool(self.tlast.value)
             sample_next = bool(self.signals) and last
             if not fired:
+                if valid:
+                    self.held += 1
+                elif self.count:
+                    self.idle += 1
                 continue
+            self.gaps += self.idle
+            self.idle = 0
             self.count += 1
             if self.first is None:
                 self.first = cycle
@@ -164,7 +174,7 @@ class HandshakeMonitor:
 
     def report(self):
         return {"count": self.count, "first": self.first, "last": self.last,
-                "frame_cycles": self.frame_cycles}
+                "frame_cycles": self.frame_cycles, "gaps": self.gaps, "held": self.held}
 
 
 @cocotb.test()

@@ -20,6 +20,15 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
     frame's first beat to its TLAST beat): the input initiation interval a producer sees while
     sending a query or scan, not counting gaps a block imposes between frames (None for a
     stream without TLAST).
+``input_gaps``
+    Cycles with TVALID low between two handshakes of an input port, summed over the inputs:
+    the gaps the sources inserted (zero at ``stall`` 0: sources present the next beat at once).
+``output_stalls``
+    Cycles with TVALID high and TREADY low on an output port, summed over the outputs: the
+    beats the sinks held back (zero at ``stall`` 0).
+``results_received``
+    Handshakes the testbench counted on the result port (``results`` is the golden model's
+    beat count).
 """
 
 import json
@@ -195,6 +204,12 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         "seed": seed,
         "stall": stall,
         "results": len(expected[model.result_port]),
+        # what the hardware did, counted by the testbench: result beats it handed over, cycles
+        # an input's source idled between beats (--stall's gaps) and cycles an output's sink
+        # held a valid beat back (--stall's backpressure)
+        "results_received": res["count"],
+        "input_gaps": sum(h.get("gaps", 0) for p, h in hs.items() if direction[p] == "in"),
+        "output_stalls": sum(h.get("held", 0) for p, h in hs.items() if direction[p] == "out"),
         "mismatches": mismatches,
         "mismatches_by_port": by_port,
         "first_mismatches": examples,
