@@ -194,3 +194,132 @@ def test_cli_bad_options_name_the_parameter(args, param):
     r = CliRunner().invoke(main, ["ralm", *args])
     assert r.exit_code != 0
     assert param in r.output and "Traceback" not in r.output
+
+
+# -- the kNN-LM's result ------------------------------------------------------------------------
+
+def test_calibrated_temperature_is_the_median_nearest_distance():
+    """Keys 0, 1, 3, 7 (and a duplicate of 7, which is not its own neighbour): nearest other
+    keys at squared distances 1, 1, 4, 16, 16; the median is 4."""
+    keys = np.array([[0.0], [1.0], [3.0], [7.0], [7.0]])
+    assert knnlm.calibrate_temperature(keys, sample=5) == pytest.approx(4.0)
+    assert knnlm.calibrate_temperature(keys * 2, sample=5) == pytest.approx(16.0)
+
+
+def _perplexity_by_hand(model, retriever, store, held, eval_tokens, interval, lam, T):
+    """The kNN-LM perplexity written out position by position, neighbour by neighbour (no
+    hwgen helper but the model's forward pass and the retriever's search)."""
+    k = retriever.config.k
+    nll, scored = 0.0, 0
+    for text in held:
+        ids = model.tokenizer.encode(text)[:eval_tokens - scored + 1]
+        logits, hidden = model.forward(ids)
+        n = len(ids) - 1
+        dist, nbr, _ = retriever.search(hidden[:n])
+        for t in range(n):
+            row = logits[t].astype(np.float64)
+            e = np.exp(row - row.max())
+            p_lm = e[ids[t + 1]] / e.sum()
+            a = t - t % interval                       # the retrieval in force at t
+            weights, hits = [], []
+            for j in range(k):
+                i = int(nbr[a, j])
+                if i < 0:
+                    continue
+                moved = i + (t - a)                    # the neighbour followed t - a tokens
+                if moved >= len(store.passage) or store.passage[moved] != store.passage[i]:
+                    continue
+                weights.append(np.exp(-dist[a, j] / T))
+                hits.append(store.values[moved] == ids[t + 1])
+            if weights:
+                top = max(-dist[a, j] / T for j in range(k) if nbr[a, j] >= 0)
+                w = [x / np.exp(top) for x in weights]
+                p_knn = sum(x for x, hit in zip(w, hits) if hit) / sum(w)
+                p = lam * p_knn + (1 - lam) * p_lm
+            else:
+                p = p_lm
+            nll -= np.log(max(p, 1e-300))
+        scored += n
+        if scored >= eval_tokens:
+            break
+    return float(np.exp(nll / scored))
+
+
+def test_perplexity_equals_the_hand_computed_value(tiny, indexes):
+    """Held-out text that is in the datastore: retrieval must lower the perplexity, every
+    (interval, lambda) equals the hand computation, lambda 0 is the LM alone, and interval
+    and temperature each change the result."""
+    model, store = tiny
+    held = TEXTS[1:3]
+    with knnlm.Retriever(indexes[1]) as r:
+        T = r.temperature
+        out = chamlm.perplexity(model, r, store, held, eval_tokens=90, intervals=(1, 4),
+                                lams=(0.0, 0.25, 0.6), temperature=T)
+        hot = chamlm.perplexity(model, r, store, held, eval_tokens=90, intervals=(1,),
+                                lams=(0.25,), temperature=T * 50)
+        runs = {(x["interval"], x["lambda"]): x for x in out["runs"]}
+        assert out["tokens"] == 90 and set(runs) == {(i, lam) for i in (1, 4)
+                                                      for lam in (0.0, 0.25, 0.6)}
+        lm_alone = _perplexity_by_hand(model, r, store, held, 90, 1, 0.0, T)
+        assert out["lm"] == pytest.approx(lm_alone, rel=1e-9)
+        for (interval, lam), run in runs.items():
+            want = _perplexity_by_hand(model, r, store, held, 90, interval, lam, T)
+            assert run["ppl"] == pytest.approx(want, rel=1e-9), (interval, lam)
+        ns = []
+        for text in held:                              # scored positions per passage
+            ns.append(min(len(model.tokenizer.encode(text)) - 1, 90 - sum(ns)))
+        assert runs[1, 0.25]["retrievals"] == 90
+        assert runs[4, 0.25]["retrievals"] == sum(-(-n // 4) for n in ns)
+        hot_want = _perplexity_by_hand(model, r, store, held, 90, 1, 0.25, T * 50)
+    assert hot["runs"][0]["ppl"] == pytest.approx(hot_want, rel=1e-9)
+    # lambda 0 is the LM; the neighbours of a text in the datastore lower the perplexity
+    assert runs[1, 0.0]["ppl"] == pytest.approx(out["lm"], rel=1e-12)
+    assert runs[1, 0.6]["ppl"] < runs[1, 0.25]["ppl"] < out["lm"] / 2
+    # following the neighbours between retrievals keeps most of the gain; the temperature
+    # matters
+    assert runs[1, 0.25]["ppl"] != runs[4, 0.25]["ppl"] < out["lm"] / 2
+    assert hot["runs"][0]["ppl"] != pytest.approx(runs[1, 0.25]["ppl"], rel=1e-3)
+
+
+def _greedy_lm(model, prompt, tokens):
+    ids = model.tokenizer.encode(prompt)
+    out = []
+    for _ in range(tokens):
+        logits, _ = model.forward(ids + out)
+        out.append(int(np.argmax(logits[-1])))
+    return out
+
+
+def test_generation_follows_the_datastore_only_with_its_weight(tiny, indexes):
+    """A prompt from a datastore text: with the kNN weight at 0.9 the continuation starts as
+    the stored text's (until the approximate search, on a random-weight LM's states, strays);
+    at 0 it is the LM's own greedy continuation (computed here without the KV cache), which
+    does not."""
+    model, store = tiny
+    text = TEXTS[3]
+    prompt, rest = text[:24], text[24:]
+    with knnlm.Retriever(indexes[1]) as r:
+        knn = chamlm.generate(model, r, store, prompt, tokens=12, interval=1, lam=0.9)
+        plain = chamlm.generate(model, r, store, prompt, tokens=12, interval=1, lam=0.0)
+        followed = chamlm.generate(model, r, store, prompt, tokens=12, interval=4, lam=0.9)
+    print(f"\nstored {rest[:12]!r}, kNN {knn['text']!r}, followed {followed['text']!r}, "
+          f"LM {plain['text']!r}")
+    assert knn["text"][:4] == rest[:4]
+    assert followed["text"][:4] == rest[:4]        # neighbours followed for 3 of 4 tokens
+    assert plain["tokens"] == _greedy_lm(model, prompt, 12)
+    assert plain["text"][0] != rest[0]
+    assert len(followed["retrievals"]) == 3 and len(knn["retrievals"]) == 12
+
+
+def test_time_split_retrieves_every_interval(tiny, indexes):
+    model, store = tiny
+    prompt = model.tokenizer.encode("The coordinator")
+    with knnlm.Retriever(indexes[2]) as r:
+        t = chamlm.time_split(model, r, prompt, tokens=6, interval=3, clock_mhz=300.0)
+    assert [row["retrieval"] for row in t["per_token"]] == [True, False, False] * 2
+    for row in t["per_token"]:
+        assert row["lm_s"] > 0
+        if row["retrieval"]:
+            assert row["hw_cycles"] > 0 and row["hw_s"] == row["hw_cycles"] / 300e6
+            assert not row["partial"]
+    assert t["mean"]["hw_cycles"] > 0
