@@ -86,10 +86,12 @@ def server_url():
                                            backlog=256))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "stand-in did not start"
+    for _ in range(1000):                          # 1000 polls, 10 ms apart
+        assert thread.is_alive(), "stand-in exited"
+        if server.started:
+            break
         time.sleep(0.01)
+    assert server.started, "stand-in did not start"
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
