@@ -31,8 +31,9 @@ VERILATOR_ARGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNO
 #: ``HWGEN_BUILD=test`` (``make test``) compiles at -O1 instead of -O2: the suite's simulations
 #: are short, and pq-decoder's build took 8.9 s at -O1, 14.4 s at -O2 (8.5 s at -O0). cocotb
 #: builds keep Verilator's defaults (-Os for the fast path, no optimisation for the ``Slow``
-#: files) in every kind: with ``--public-flat-rw`` their symbol-table constructor is so large
-#: that -O1 on it took over 8 minutes where the default takes seconds.
+#: files) in every kind: when they were built with cocotb's ``--public-flat-rw`` their
+#: symbol-table constructor was so large that -O1 on it took over 8 minutes where the default
+#: takes seconds (not measured again since :data:`VPI_PUBLIC_ARGS` replaced that option).
 NATIVE_CXX_OPT = {"test": "-O1", "": "-O2"}
 
 
