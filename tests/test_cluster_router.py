@@ -121,3 +121,23 @@ def test_kernel_switch_packet_atomic_round_robin(values):
         for k, packets in by_input.items():
             assert [p for p in got if p.src == k] == packets, (port, k)
         assert len(got) == sum(map(len, by_input.values()))
+
+
+def test_golden_routes_a_hand_written_case():
+    """Five packets worked out by hand: kernel 0 lives on node A, kernel 1 here, kernel 4 is
+    in no table; cluster 2 is behind node B, cluster 3 unknown. Expected: kernel 1's packet
+    on ``o_local``; kernel 0's and cluster 2's on ``o_net`` with addresses A then B; the
+    packets to kernel 4 and cluster 3 dropped as unknown."""
+    cfg = RouterConfig.from_dict({"members": 5, "clusters": 4, "length": 33})
+    here, node_a, node_b = cfg.node_address, 0x0A000003, 0x0A000007
+    packets = [Packet(0, 9, b"to A"), Packet(1, 9, b"here"), Packet(4, 9, b"nowhere"),
+               Packet(2, 9, b"\x01via B", inter_cluster=True, src_cluster=1),
+               Packet(3, 9, b"\x01lost", inter_cluster=True, src_cluster=1)]
+    beats = [to_beats(p, cfg.data_bits) for p in packets]
+    stim = {"ktab": {0: node_a, 1: here}, "ctab": {0: here, 2: node_b},
+            "beats": [b for group in beats for b in group]}
+    want = {"o_local": beats[1], "o_net": beats[0] + beats[3],
+            "o_addr": [{"addr": node_a}, {"addr": node_b}]}
+    assert RouterModel.expect(cfg, stim) == want
+    _, counts = RouterModel.golden(cfg, stim)
+    assert counts == {"delivered": 3, **{k: 0 for k in DROP_KINDS}, "unknown": 2}
