@@ -52,11 +52,16 @@ $(VENV)/.installed: pyproject.toml
 # went, and fails when the suite needs more distinct Verilator builds than tests/build_budget.json
 # allows. HWGEN_BUILD=test compiles Verilated models at -O1 (benches and the CLI keep -O2).
 PROFILE_DIR := build/profile
+# torch thread counts of the test run (tests/conftest.py): torch stays at the first for the
+# whole run (two workers on two cores), and every float-reference test runs at each, so that
+# tests/test_cpu_paths.py re-runs them only under the other CPU capabilities
+TORCH_THREADS ?= 1,2
 SETUP_SECONDS ?=
 define run_pytest
 	@mkdir -p $(PROFILE_DIR) && rm -f $(PROFILE_DIR)/junit.xml && : > $(PROFILE_DIR)/events.jsonl
 	@start=$$(date +%s); \
-	HWGEN_PROFILE=$(abspath $(PROFILE_DIR))/events.jsonl HWGEN_BUILD=test $(2) \
+	HWGEN_PROFILE=$(abspath $(PROFILE_DIR))/events.jsonl HWGEN_BUILD=test \
+	  HWGEN_TORCH_THREADS=$(TORCH_THREADS) $(2) \
 	  $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 \
 	  --junitxml=$(PROFILE_DIR)/junit.xml \
 	  $(1) $(PYTEST_ARGS); rc=$$?; \

@@ -3,6 +3,7 @@ random weights), its KV cache, bad input, and SmolLM2's GGUF against transformer
 loading of the same file."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,20 +140,54 @@ def smollm2():
     return lm.load(path), path
 
 
-@pytest.mark.float_reference
-def test_smollm2_against_transformers_gguf_loading(smollm2):
-    """A second implementation of the same file: transformers dequantises the GGUF itself
-    (un-permuting Q and K) into its LlamaForCausalLM and builds its own tokenizer."""
+@pytest.fixture(scope="module")
+def transformers_smollm2(smollm2):
+    """transformers' own reading of the same file: its tokenizer, and its LlamaForCausalLM
+    with the weights it dequantised from the GGUF (un-permuting Q and K). Dequantising takes
+    about 13 s, so its result (exact float32 values: GGUF block scales times small integers,
+    the same on every processor) is kept in the build cache under the file's hash and
+    transformers' version, and a later process (a CPU-path sub-run) loads it in about a
+    second; the forward pass, which differs between processors, runs every time."""
+    import hashlib
+    import os
+    import shutil
+    import tempfile
     pytest.importorskip("accelerate", reason="transformers needs accelerate to load GGUF")
     transformers = pytest.importorskip("transformers")
-    model, path = smollm2
-    text = "Chameleon pairs a language model with vector search on FPGAs; 1234 tokens."
+    from safetensors.torch import load_model, save_model
+    from hwgen.flow.tools import cache_dir
+    _, path = smollm2
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    stored = cache_dir() / "ralm" / f"smollm2-transformers-{transformers.__version__}-{digest}"
+    if (stored / "model.safetensors").is_file():
+        config = transformers.AutoConfig.from_pretrained(stored)
+        ref = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        load_model(ref, stored / "model.safetensors")
+    else:
+        ref = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                                dtype=torch.float32)
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=stored.parent, prefix=".smollm2-"))
+        ref.config.save_pretrained(tmp)
+        save_model(ref, str(tmp / "model.safetensors"))
+        try:
+            os.replace(tmp, stored)             # another process may have stored it first
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tok, ref.eval()
+
+
+@pytest.mark.float_reference
+def test_smollm2_against_transformers_gguf_loading(smollm2, transformers_smollm2):
+    """A second implementation of the same file: transformers dequantises the GGUF itself
+    (un-permuting Q and K) into its LlamaForCausalLM and builds its own tokenizer."""
+    model, path = smollm2
+    tok, ref = transformers_smollm2
+    text = "Chameleon pairs a language model with vector search on FPGAs; 1234 tokens."
     ids = model.tokenizer.encode(text)
     assert ids == tok(text)["input_ids"]
     assert model.tokenizer.decode(ids) == text
-    ref = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                            dtype=torch.float32)
     with torch.no_grad():
         want = ref(torch.tensor([ids])).logits[0].numpy()
     got, _ = model.forward(ids)
