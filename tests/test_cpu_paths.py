@@ -83,5 +83,5 @@ def test_float_references_on_every_cpu_path(capability):
     assert " passed" in summary, tail
     for n in THREADS:                              # each marked test ran at each count
         assert f"threads{n}" in run.stdout, tail
-    if os.environ.get("CI"):                       # CI installs every reference: none skips
-        assert "skipped" not in summary, tail
+    # under CI=true a skip in the sub-run is a failure (tests/conftest.py), so the return
+    # code above already refuses it

@@ -219,8 +219,7 @@ def emit_accelerator(acc, config, out_dir):
     simulation, synthesis or build. Returns ``(verilog_path, ports_dict)``."""
     out_dir = Path(out_dir)
     name = acc.top_name
-    config_text = json.dumps({"type": type(config).__name__, **config.to_dict()}, sort_keys=True)
-    key = hashlib.sha256("\0".join([acc.name, name, config_text, source_fingerprint()])
+    key = hashlib.sha256("\0".join([acc.name, name, config.digest(), source_fingerprint()])
                          .encode()).hexdigest()[:24]
     stored = cache_dir() / "verilog" / key
     start = time.monotonic()

@@ -208,8 +208,8 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         # an input's source idled between beats (--stall's gaps) and cycles an output's sink
         # held a valid beat back (--stall's backpressure)
         "results_received": res["count"],
-        "input_gaps": sum(h.get("gaps", 0) for p, h in hs.items() if direction[p] == "in"),
-        "output_stalls": sum(h.get("held", 0) for p, h in hs.items() if direction[p] == "out"),
+        "input_gaps": sum(h["gaps"] for p, h in hs.items() if direction[p] == "in"),
+        "output_stalls": sum(h["held"] for p, h in hs.items() if direction[p] == "out"),
         "mismatches": mismatches,
         "mismatches_by_port": by_port,
         "first_mismatches": examples,
