@@ -32,11 +32,11 @@ from amaranth.hdl import ClockDomain, Module, Shape, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from . import profile
+from . import amaranth_backports, profile
 from .ports import SIDEBANDS, StreamFormat
 from .tools import cache_dir, write_atomic
 
-__all__ = ["AXISTop", "emit_verilog", "emit_accelerator", "source_fingerprint",
+__all__ = ["AXISTop", "emit_verilog", "to_verilog", "emit_accelerator", "source_fingerprint",
            "stream_port_name", "drop_zero_memory_init"]
 
 _ZERO_INIT = re.compile(r"^( *)initial begin\n(?:\1  \w+\[\d+\] = \d+'h0+;\n)+\1end\n",
@@ -171,6 +171,13 @@ class AXISTop(wiring.Component):
         return m
 
 
+def to_verilog(fragment, name, **kwargs):
+    """Amaranth's ``verilog.convert`` without source attributes, with
+    :mod:`hwgen.flow.amaranth_backports` applied (same text, faster netlist checks)."""
+    amaranth_backports.apply()
+    return verilog.convert(fragment, name=name, emit_src=False, **kwargs)
+
+
 def emit_verilog(core, name, out_dir):
     """Write ``<name>.v`` and ``ports.json`` for ``core`` into ``out_dir``.
 
@@ -179,7 +186,7 @@ def emit_verilog(core, name, out_dir):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     top = AXISTop(core)
-    text = drop_zero_memory_init(verilog.convert(top, name=name, emit_src=False))
+    text = drop_zero_memory_init(to_verilog(top, name))
     v_path = out_dir / f"{name}.v"
     write_atomic(v_path, text)        # other processes may be reading the cached copy
     ports = {"top": name, **top.ports_description()}

@@ -58,7 +58,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth.back import verilog
 from amaranth.hdl import Cat, ClockDomain, Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -66,7 +65,7 @@ from amaranth.lib.wiring import In, Out
 from .. import checks
 from ..lib.axi import (AXI4LiteControl, AXI4LiteSignature, AXI4Reader, AXI4Signature,
                        AXI4Writer, StreamDownsizer, StreamUpsizer)
-from .emit import drop_zero_memory_init
+from .emit import drop_zero_memory_init, to_verilog
 from .ports import StreamFormat
 from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
 from .tools import cache_dir
@@ -435,8 +434,7 @@ def emit_kernel(acc, cfg, board, out_dir, **options):
     out_dir.mkdir(parents=True, exist_ok=True)
     name = kernel_name(acc)
     kernel = MemoryKernel(acc.build_core(cfg), board, **options)
-    text = drop_zero_memory_init(verilog.convert(kernel, name=name, ports=flat_ports(kernel),
-                                                 emit_src=False))
+    text = drop_zero_memory_init(to_verilog(kernel, name, ports=flat_ports(kernel)))
     (out_dir / f"{name}.v").write_text(text)
     return kernel.description(name)
 

@@ -28,11 +28,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from amaranth.back import verilog
 
 from ..errors import ConfigError, ToolError
 from . import profile
-from .emit import emit_accelerator
+from .emit import emit_accelerator, to_verilog
 from .tools import cache_dir, file_lock, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "GOAL_RATIO", "PART",
@@ -234,7 +233,7 @@ def _xilinx_depth(work, v_name, top, log=None):
 def _reference(tools, seeds, log=None):
     """The reference design, synthesised and placed per seed in a shared cache folder."""
     from .timing_reference import TimingReference
-    text = verilog.convert(TimingReference(), name="timing_reference", emit_src=False)
+    text = to_verilog(TimingReference(), "timing_reference")
     key = hashlib.sha256(text.encode() + _flow_key(tools).encode()).hexdigest()[:16]
     work = cache_dir() / "timing-reference" / key
     with file_lock(work.parent / f".{key}.lock"):
