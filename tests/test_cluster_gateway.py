@@ -29,6 +29,43 @@ def test_gateway_golden_accounts_for_every_packet():
     assert attach_header(p, cfg.cluster_id, p.dest, p.src_cluster).payload[0] == p.dest
 
 
+def test_gateway_golden_decodes_a_hand_written_case():
+    """Eight packets from cluster 6 to cluster 5 (local kernels 1 and 2, a broadcast kernel with
+    id 3 over members 1 and 2, messages of 3 bytes), worked out by hand: the point-to-point
+    packet to kernel 2 comes out with its header byte removed and TDEST 2; the 3-byte message
+    to kernel 3 is broadcast to kernels 1 and 2 with TID 3 and source cluster 5; a 2-byte
+    message to kernel 3 passes the decoder and is dropped by the broadcast kernel for its
+    length; packets for cluster 7, for kernel 9 (none here) and without the inter-cluster flag
+    are unknown; 8 bytes and the header byte to kernel 1 are two 64-bit beats where the longest
+    legitimate packet (3 bytes and the header) is one: too long; a beat with no byte kept is
+    zero-length; an inter-cluster packet holding its header byte only is truncated."""
+    cfg = GatewayConfig(cluster_id=5, members=2, length=3, elem_bits=8, kernels=2,
+                        virtual="broadcast")
+    assert cfg.virtual_ids == {"broadcast": 3} and cfg.max_beats == 1
+
+    def inter(cluster, kernel, src, payload):
+        return attach_header(Packet(0, src, payload), cluster, kernel, src_cluster=6)
+
+    packets = [inter(5, 2, 9, b"hi"), inter(5, 3, 1, b"\x01\x02\x03"),
+               inter(7, 1, 9, b"far"), inter(5, 9, 9, b"who"),
+               Packet(1, 9, b"plain"), inter(5, 3, 2, b"\x04\x05"), inter(5, 1, 9, b"8 bytes!")]
+    beats = [b for p in packets for b in p.beats(cfg.data_bits)]
+    empty = dict(Packet(1, 9, b"x").beats(cfg.data_bits)[0], keep=0)
+    header_only = Packet(5, 9, b"\x02", inter_cluster=True, src_cluster=6)
+    stim = {"beats": beats + [empty] + header_only.beats(cfg.data_bits)}
+
+    out, counts = GatewayModel.golden(cfg, stim)
+    assert out == {
+        "o_pkt": [Packet(2, 9, b"hi", inter_cluster=False, src_cluster=6)],
+        "o_broadcast": [Packet(1, 3, b"\x01\x02\x03", inter_cluster=False, src_cluster=5),
+                        Packet(2, 3, b"\x01\x02\x03", inter_cluster=False, src_cluster=5)]}
+    drops = {k: 0 for k in DROP_KINDS} | {"unknown": 3, "too-long": 1, "zero-length": 1,
+                                         "truncated": 1}
+    gmi = {f"{kind}_{s}": 0 for kind in ("broadcast", "scatter", "gather", "reduce")
+           for s in ("drop_source", "drop_length", "drop_overrun")}
+    assert counts == {"delivered": 3, **drops, **gmi, "broadcast_drop_length": 1}
+
+
 @pytest.mark.parametrize("values, name", [
     ({"virtual": "allreduce"}, "virtual"), ({"virtual": "gather,gather"}, "virtual"),
     ({"members": 5, "kernels": 3}, "kernels"), ({"members": 0}, "members"),
