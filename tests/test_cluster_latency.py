@@ -88,12 +88,13 @@ def test_sizes_from_layers_reads_the_descriptions():
 
 
 def test_bench_prints_a_measured_report_beside_the_model(tmp_path):
-    """A report as ``hwgen cluster sim --tokens M --json`` writes it: the bench prints its X
-    and T with both models' errors (model - simulated) / simulated; a failed run is
+    """A report as ``hwgen cluster sim --tokens M --json`` writes it: the bench prints its X,
+    T and I, and beside them each model's X and T with the error (model - simulated) /
+    simulated, checked here by arithmetic on the printed cells (the models' own values are
+    tested against simulations in tests/test_cluster_packet_model.py); a failed run is
     refused."""
     import json
     from hwgen.cluster.describe import load
-    from hwgen.cluster.packet_model import packet_timing
     report = {"description": "mini-encoder", "path": str(load("mini_encoder").path),
               "tokens": 2, "X": 600, "T": 700, "I": 30.0, "hop_cycles": 16, "mismatches": 0,
               "input_beats": 2}
@@ -102,15 +103,17 @@ def test_bench_prints_a_measured_report_beside_the_model(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hwgen.cli", "bench", "cluster", "--no-sim",
                           "--measured", str(good)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    kernel = lat.encoder_timing(2, lat.sizes_from_layers(load("mini_encoder").clusters[0].layers),
-                                input_period=2)
-    pkt = packet_timing("mini_encoder", 2, 16, 2)
-    line = next(ln for ln in out.stdout.splitlines() if ln.split()[:3] == ["2", "600",
-                                                                          str(pkt["X"])])
-    cells = line.split()
-    assert cells[4] == str(kernel["X"]) and cells[7] == str(pkt["T"])
-    for model, col in ((pkt, 8), (kernel, 10)):
-        assert cells[col] == f"{100 * (model['T'] - 700) / 700:+.1f}%"
+    lines = out.stdout.splitlines()
+    head = next(ln.split() for ln in lines if ln.split()[:3] == ["M", "X", "sim"])
+    assert head[:12] == ["M", "X", "sim", "X", "pkt", "err", "X", "krn", "err", "T", "sim",
+                         "T"]
+    cells = next(ln.split() for ln in lines if ln.split()[:2] == ["2", "600"])
+    # M, X sim, X pkt, err, X krn, err, T sim, T pkt, err, T krn, err, I sim
+    assert cells[6] == "700" and cells[11] == "30.0"
+    for sim, model, err in ((1, 2, 3), (1, 4, 5), (6, 7, 8), (6, 9, 10)):
+        s_val, m_val = int(cells[sim]), int(cells[model])
+        assert m_val > 0
+        assert cells[err] == f"{100 * (m_val - s_val) / s_val:+.1f}%", (cells, err)
     bad = tmp_path / "failed.json"
     bad.write_text(json.dumps({k: v for k, v in report.items() if k not in ("X", "T")}))
     out = subprocess.run([sys.executable, "-m", "hwgen.cli", "bench", "cluster", "--no-sim",
