@@ -72,6 +72,21 @@ def test_python_rounding_equals_golden():
         assert [round_shift_int(int(x), e) for x in xs] == golden.round_shift(xs, e).tolist()
 
 
+@pytest.mark.parametrize("e", [-30, -2, 0, 1, 2, 31, 61, 62, 63, 64, 70])
+def test_round_shift_exact_at_int64_extremes(e):
+    """Against Python's own round-half-even of the exact fraction x / 2**e (``round`` of a
+    ``Fraction``), at the int64 extremes, ties and values whose left shift leaves int64."""
+    from fractions import Fraction
+    xs = [0, 1, -1, 3, -3, 5, -5, (1 << 62), -(1 << 62), (1 << 62) + 1, -(1 << 62) - 1,
+          3 << 40, -(3 << 40), (1 << 63) - 1, -(1 << 63), (1 << 61) + (1 << 60)]
+    got = golden.round_shift(np.array(xs, dtype=np.int64), e)
+    want = [round(Fraction(x, 1 << e)) if e > 0 else x << -e for x in xs]
+    assert [int(v) for v in got] == want
+    # the same with e as an array broadcast against x (one exponent per element)
+    per = golden.round_shift(np.array(xs, dtype=np.int64), np.full(len(xs), e))
+    assert [int(v) for v in per] == want
+
+
 @pytest.mark.parametrize("width", [1, 2, 7])
 def test_round_half_even_circuit_exhaustive(width):
     """Every input of a ``width``-bit signed value at every shift from a left shift to one

@@ -89,7 +89,9 @@ def round_shift(x, e):
     r = x - (q << pos)
     half = np.int64(1) << (pos - 1)
     up = (r > half) | ((r == half) & ((q & 1) == 1))
-    small = np.where(e == 63, np.sign(x) * (np.abs(x) > (1 << 62)), 0)
+    # e == 63: |x| / 2**63 rounds to 1 above 2**62, to 0 at 2**62 (a tie, to even) and below;
+    # compared on x itself, since np.abs(-2**63) wraps to -2**63 (which is -1 exactly)
+    small = np.where(e == 63, (x > (1 << 62)).astype(np.int64) - (x < -(1 << 62)), 0)
     return np.where(e >= 63, small, np.where(e > 0, q + up.astype(np.int64),
                                              x << np.maximum(-e, 0)))
 
