@@ -73,13 +73,19 @@ def test_golden_max_is_per_query_token():
 
 
 @pytest.mark.parametrize("query, docs, lengths, message", [
-    (np.zeros((2, 3)), np.zeros((3, 3)), [1, 1], "add up to 2"),
-    (np.zeros((2, 3)), np.zeros((3, 3)), [3, 0], "at least one token"),
-    (np.zeros((2, 3)), np.zeros((3, 4)), [3], "dim 4"),
-    (np.zeros((0, 3)), np.zeros((3, 3)), [3], "at least one token"),
-    (np.full((1, 3), 128), np.zeros((3, 3)), [3], "int8 range"),
-    (np.full((1, 3), 0.5), np.zeros((3, 3)), [3], "integers"),
-    (np.zeros(3), np.zeros((3, 3)), [3], "2-D"),
+    (np.zeros((2, 3)), np.zeros((3, 3)), [1, 1],
+     r"^doc_lengths add up to 2, doc_tokens has 3 tokens$"),
+    (np.zeros((2, 3)), np.zeros((3, 3)), [3, 0], "^every document must have at least one token$"),
+    (np.zeros((2, 3)), np.zeros((3, 4)), [3], "^doc_tokens have dim 4, the query has dim 3$"),
+    (np.zeros((0, 3)), np.zeros((3, 3)), [3], "^query must have at least one token$"),
+    (np.full((1, 3), 128), np.zeros((3, 3)), [3],
+     r"^query holds values outside the int8 range -128\.\.127$"),
+    (np.zeros((1, 3)), np.full((3, 3), -129), [3], "^doc_tokens holds values outside"),
+    (np.full((1, 3), 0.5), np.zeros((3, 3)), [3], r"^query must hold integers \(int8 values\)$"),
+    (np.ones((1, 3), dtype=bool), np.zeros((3, 3)), [3], "^query must hold integers"),
+    (np.zeros((1, 3)), np.ones((3, 3), dtype=bool), [3], "^doc_tokens must hold integers"),
+    (np.zeros(3), np.zeros((3, 3)), [3], r"^query must be a 2-D array \(tokens, dim\), got "
+     r"shape \(3,\)$"),
 ])
 def test_golden_rejects_bad_input(query, docs, lengths, message):
     with pytest.raises(ValueError, match=message):
@@ -105,6 +111,37 @@ def test_quantize_int8_symmetric_per_tensor():
             quantize_int8(bad)
     with pytest.raises(ValueError, match="positive"):
         quantize_int8(x, scale=0.0)
+
+
+def test_golden_takes_integral_floats_and_returns_int64():
+    """Embeddings and lengths given as integral floats give the int64 scores of the integers;
+    no documents give an empty int64 array."""
+    query, doc = np.array([[1, 0], [0, 1]]), np.array([[5, -3], [-2, 4]])
+    want = maxsim_scores(query, doc, [1, 1])
+    got = maxsim_scores(query.astype(np.float32), doc.astype(np.float64), [1.0, 1.0])
+    assert got.dtype == np.int64 and got.tolist() == want.tolist() == [2, 2]
+    assert maxsim_scores(query, np.zeros((0, 2)), []).dtype == np.int64
+
+
+def test_quantize_int8_clips_both_ways_and_handles_empty():
+    q, scale = quantize_int8([-200.0, -127.4, 126.6, 200.0], scale=1.0)
+    assert q.tolist() == [-127, -127, 127, 127] and scale == 1.0
+    q, scale = quantize_int8(np.zeros((0, 4)))
+    assert q.shape == (0, 4) and scale == 1.0
+    with pytest.raises(ValueError, match="^quantize_int8: x must be finite$"):
+        quantize_int8([1.0, np.nan])
+
+
+@pytest.mark.parametrize("dim, q_tokens", [(1, 1), (3, 2), (128, 32), (256, 32)])
+def test_bit_widths_are_the_narrowest_that_hold_the_extremes(dim, q_tokens):
+    """Signed widths: the extreme dot product (every element -128 x -128) fits in
+    ``dot_bits`` and not in one bit fewer; the same for scores of ``q_tokens`` tokens."""
+    from hwgen.espn.golden import dot_bits
+    for bits, n in ((dot_bits(dim), 1), (score_bits(dim, q_tokens), q_tokens)):
+        hi, lo = n * dim * 128 * 128, n * dim * -128 * 127
+        assert -(1 << (bits - 1)) <= lo and hi < 1 << (bits - 1)
+        assert hi >= 1 << (bits - 2)
+    assert dot_bits(1) == 16                 # 16384 needs 15 magnitude bits and a sign
 
 
 def test_quantised_scores_rank_like_float():

@@ -35,12 +35,53 @@ def test_pq_distances_by_hand():
 
 
 def test_bad_shapes_raise():
-    with pytest.raises(ValueError, match="pq_centroids"):
+    with pytest.raises(ValueError, match=r"pq_centroids must have shape \(m, 256, dsub\)"):
         golden.build_lut(np.zeros(4), np.zeros((2, 255, 2)))
-    with pytest.raises(ValueError, match="residual"):
-        golden.build_lut(np.zeros(5), np.zeros((2, 256, 2)))
-    with pytest.raises(ValueError, match="codes"):
+    with pytest.raises(ValueError, match=r"residual must have shape \(6,\), got \(5,\)"):
+        golden.build_lut(np.zeros(5), np.zeros((2, 256, 3)))
+    with pytest.raises(ValueError, match=r"codes must have shape \(n, 2\), got \(4, 3\)"):
         golden.pq_distances(np.zeros((4, 3)), np.zeros((2, 256)))
+    with pytest.raises(ValueError, match="distances and ids must be 1-D arrays of the same "
+                                         "length"):
+        golden.topk([1, 2, 3], [1, 2], 2)                 # both 1-D, lengths differ
+    with pytest.raises(ValueError, match="distances and ids must be 1-D"):
+        golden.topk([[1, 2]], [[1, 2]], 2)                # same shape, not 1-D
+
+
+@pytest.mark.parametrize("code", [256, -1])
+def test_codes_outside_a_byte_raise(code):
+    """A code of 256 (one past the last centroid) or -1 alone in an otherwise valid array."""
+    codes = np.array([[0, 1], [code, 3]], dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^codes must be in 0\.\.255$"):
+        golden.pq_distances(codes, np.zeros((2, 256)))
+
+
+def test_integral_inputs_of_any_dtype_give_int64_results():
+    """Inputs arrive as float arrays (integral values), narrow integers or lists: every result
+    is int64 and equal to the int64 computation. In int8, 100 - (-100) would wrap; a float
+    table would stay float."""
+    c8 = np.full((1, 256, 1), -100, dtype=np.int8)
+    lut = golden.build_lut(np.array([100], dtype=np.int8), c8)
+    assert lut.dtype == np.int64 and (lut == 200 * 200).all()
+    from_floats = golden.build_lut(np.array([100.0]), c8.astype(np.float64), lut_shift=2)
+    assert from_floats.dtype == np.int64 and (from_floats == 200 * 200 >> 2).all()
+    sat = golden.saturate_unsigned(np.array([70000, 3], dtype=np.int32), 16)
+    assert sat.dtype == np.int64 and sat.tolist() == [65535, 3]
+    assert golden.saturate_unsigned(np.array([2.0]), None).dtype == np.int64
+    dist = golden.pq_distances(np.array([[1, 2]], dtype=np.uint8),
+                               np.full((2, 256), 200, dtype=np.uint8))
+    assert dist.dtype == np.int64 and dist.tolist() == [400]
+    d, i = golden.topk(np.array([3.0, 1.0, 2.0]), np.array([7, 8, 9], dtype=np.uint8), 2)
+    assert (d.dtype, i.dtype) == (np.int64, np.int64) and (d.tolist(), i.tolist()) == \
+        ([1, 2], [8, 9])
+    (qd, qi), = golden.l1_queues([(np.array([5, 4], dtype=np.uint8),
+                                   np.array([1.0, 2.0]))], 1)
+    assert (qd.dtype, qi.dtype) == (np.int64, np.int64)
+
+
+def test_hier_topk_of_no_streams_is_empty():
+    d, i = golden.hier_topk([], 4, 2)
+    assert (d.shape, i.shape, d.dtype, i.dtype) == ((0,), (0,), np.int64, np.int64)
 
 
 @pytest.mark.parametrize("m, lut_bits", [(1, 1), (7, 13), (16, 16), (64, 24), (64, 32)])
