@@ -487,6 +487,29 @@ def bench_tests(events_path, junit_path, setup_seconds, wall_seconds, budget_pat
         raise click.ClickException("; ".join(errors))
 
 
+@bench.command("mutation")
+@click.option("--results", "results_dir", type=click.Path(file_okay=False), default="mutants",
+              show_default=True, help="mutmut's results folder (make mutate writes mutants/).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report as JSON.")
+@reports_errors
+def bench_mutation(results_dir, json_path):
+    """Kill rate per package of a mutmut run (make mutate); fails below the floors
+    (hwgen/flow/mutation.py: FLOORS)."""
+    from .flow import mutation
+    if json_path:
+        checks.output_file("json", json_path)
+    report = mutation.summarize(mutation.read_results(results_dir))
+    for line in mutation.table(report):
+        click.echo(line)
+    errors = mutation.check_floors(report)
+    report["floor_errors"] = errors
+    if json_path:
+        _write_json(json_path, report)
+    if errors:
+        raise click.ClickException("; ".join(errors))
+
+
 @bench.command("sim")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
