@@ -118,7 +118,7 @@ def held_out_sentences(n):
 def token_ids(texts, max_tokens=MAX_TOKENS):
     """MiniLM's WordPiece ids of each text (``[CLS] ... [SEP]``) as int64 arrays, cut to
     ``max_tokens`` (first ``max_tokens - 1`` tokens and [SEP]) like sentence-transformers."""
-    from hwgen.host.windve.model import load_tokenizer
+    from hwgen.models.minilm import load_tokenizer
     out = []
     for enc in load_tokenizer().encode_batch([t.strip() for t in texts]):
         ids = list(enc.ids)
@@ -134,7 +134,7 @@ def _float_weights():
     """MiniLM's float state dict (BERT names), torch tensors."""
     from safetensors.torch import load_file
 
-    from hwgen.host.windve.model import model_dir
+    from hwgen.models.minilm import model_dir
     return load_file(str(model_dir() / "model.safetensors"))
 
 
@@ -227,7 +227,7 @@ def _cache_key(config, texts):
     import torch
     import transformers
 
-    from hwgen.host.windve.model import model_dir
+    from hwgen.models.minilm import model_dir
     h = hashlib.sha256()
     with open(model_dir() / "model.safetensors", "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -454,7 +454,7 @@ def cosine_table(n_sentences=500, threads=1):
     """
     import torch
 
-    from hwgen.host.windve.model import MiniLM
+    from hwgen.models.minilm import MiniLM
     torch.set_num_threads(threads)
     t0 = time.time()
     texts = held_out_sentences(n_sentences)

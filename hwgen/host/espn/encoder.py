@@ -22,7 +22,7 @@ holds on chip).
 import numpy as np
 
 from ...errors import ConfigError
-from ..windve.model import DIM, MiniLM
+from ...models.minilm import DIM, MiniLM
 
 __all__ = ["QUERY_TOKENS", "TokenEncoder", "DIMS"]
 

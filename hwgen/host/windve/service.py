@@ -34,7 +34,7 @@ import time
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
                                Histogram, generate_latest)
 
-from .model import MAX_TOKENS, count_tokens
+from ...models.minilm import MAX_TOKENS, count_tokens
 from .queues import BUSY, DeviceQueue, QueueManager, Request
 from .workers import InstanceFailed, start_runners, stop_runners
 

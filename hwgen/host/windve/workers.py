@@ -39,7 +39,7 @@ def _worker_main(conn, threads, cores, device, truncate):
         if cores:
             os.sched_setaffinity(0, cores)
         start = time.monotonic()
-        from .model import MiniLM
+        from ...models.minilm import MiniLM
         model = MiniLM(threads=threads, device=device)      # sets the torch thread count
         conn.send(("ready", time.monotonic() - start))
     except Exception as e:         # reported to the parent, which raises it
