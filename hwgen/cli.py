@@ -6,69 +6,22 @@ and its allowed range, with exit status 2; a simulation that disagrees with the 
 exits with status 1.
 """
 
-import functools
 import json
-import os
 import sys
 from pathlib import Path
 
 import click
 
 from . import checks, registry
-from .errors import ConfigError, HwgenError, SimulationMismatch
+from .cli_support import DEBUG as _DEBUG
+from .cli_support import _fail, _report, reports_errors
+from .cli_support import log as _log
+from .errors import ConfigError, SimulationMismatch
+from .host.espn.cli import espn
+from .host.ralm.cli import ralm
+from .host.windve.cli import serve
 
 __all__ = ["main"]
-
-
-#: Set by ``hwgen --debug`` (or HWGEN_DEBUG=1): errors propagate with their traceback.
-_DEBUG = {"on": os.environ.get("HWGEN_DEBUG", "") not in ("", "0")}
-
-
-def _fail(message, code):
-    click.echo(f"hwgen: error: {message}", err=True)
-    sys.exit(code)
-
-
-def _os_message(e):
-    where = f"{e.filename}: " if e.filename else ""
-    return f"{where}{e.strerror or e}"
-
-
-def _report(e):
-    """Exit with one line for exception ``e`` (see :func:`reports_errors`)."""
-    if isinstance(e, KeyboardInterrupt):
-        _fail("interrupted", 130)
-    if isinstance(e, SimulationMismatch):
-        _fail(str(e), 1)
-    if isinstance(e, HwgenError):
-        _fail(str(e), 2)
-    if isinstance(e, OSError):
-        _fail(_os_message(e), 2)
-    if isinstance(e, MemoryError):
-        _fail("out of memory: lower --items or the configuration's sizes", 2)
-    first = " ".join(str(e).split())[:300]
-    _fail(f"internal error, a bug in hwgen ({type(e).__name__}: {first}); please "
-          "report it with the command line; `hwgen --debug ...` shows the traceback", 3)
-
-
-def reports_errors(fn):
-    """Turn every failure into one line on stderr and an exit status, never a traceback
-    (unless ``--debug``): 1 for a simulation that disagrees with its golden model, 2 for bad
-    input (:class:`ConfigError`, unreadable or unwritable files), 3 for an internal error."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (click.exceptions.ClickException, click.exceptions.Exit,
-                click.exceptions.Abort):
-            raise
-        except KeyboardInterrupt as e:
-            _report(e)
-        except Exception as e:
-            if _DEBUG["on"]:
-                raise
-            _report(e)
-    return wrapper
 
 
 class _Main(click.Group):
@@ -94,10 +47,6 @@ class _Main(click.Group):
         if standalone_mode:
             sys.exit(rv if isinstance(rv, int) else 0)
         return rv
-
-
-def _log(message):
-    click.echo(f"  {message}", err=True)
 
 
 def _board(name):
@@ -986,16 +935,8 @@ def demo(queries, stall, seed):
         raise SimulationMismatch("the node's results differ from its golden model")
 
 
-from .host.windve.cli import serve  # noqa: E402  (its commands use reports_errors, above)
-
 main.add_command(serve)
-
-from .host.espn.cli import espn  # noqa: E402  (its commands use reports_errors, above)
-
 main.add_command(espn)
-
-from .host.ralm.cli import ralm  # noqa: E402  (its commands use reports_errors, above)
-
 main.add_command(ralm)
 
 

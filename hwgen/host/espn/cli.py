@@ -6,18 +6,10 @@ from pathlib import Path
 import click
 
 from ... import checks
+from ...cli_support import reports_errors
 from ...errors import ConfigError
 
 __all__ = ["espn"]
-
-
-def _reports(fn):
-    from ...cli import reports_errors
-    return reports_errors(fn)
-
-
-def _log(line):
-    click.echo(f"  {line}", err=True)
 
 
 def _fractions(name, text):
@@ -54,7 +46,7 @@ def espn():
               help="Most words per passage.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--threads", type=int, help="PyTorch threads for the encoder (default: all).")
-@_reports
+@reports_errors
 def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, seed, threads):
     """Encode CORPUS (papers, lee, wiki, pydoc, all, A+B, or a .txt/.jsonl file or folder)
     into an ESPN index folder: token embeddings on disk, IVF index of pooled vectors."""
@@ -95,7 +87,7 @@ def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, s
                    "compete with the ANN for the CPU.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-lee", is_flag=True, help="Skip the Lee corpus quality check.")
-@_reports
+@reports_errors
 def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidates, k, steps,
                budgets, threads, seed, no_lee):
     """Latency per retrieval method and memory budget, prefetch hit rates, partial
@@ -147,7 +139,7 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
 @click.option("--rerank", type=click.Choice(["float16", "int8"]), default="float16",
               show_default=True, help="int8: score with the maxsim unit's golden model.")
 @click.option("-k", "k", type=int, default=10, show_default=True)
-@_reports
+@reports_errors
 def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank_count, rerank,
                k):
     """Search INDEX_DIR for TEXT and print the top-k passages with their MaxSim scores."""

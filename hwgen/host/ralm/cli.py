@@ -8,18 +8,11 @@ import sys
 import click
 
 from ... import checks
+from ...cli_support import log as _log
+from ...cli_support import reports_errors
 from ...errors import ConfigError
 
 __all__ = ["ralm"]
-
-
-def _reports(fn):
-    from ...cli import reports_errors
-    return reports_errors(fn)
-
-
-def _log(line):
-    click.echo(f"  {line}", err=True)
 
 
 def _numbers(name, text, kind=float):
@@ -101,7 +94,7 @@ def ralm():
 @click.option("--clock-mhz", type=float,
               help="Clock of the projected node hardware (default: the board's kernel clock, "
                    "declared, not measured).")
-@_reports
+@reports_errors
 def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, clock_mhz,
                **common):
     """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
@@ -179,7 +172,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
 @click.option("--lambda", "lam", type=float, default=0.25, show_default=True)
 @click.option("--show", type=int, default=3, show_default=True,
               help="Neighbours shown per retrieval.")
-@_reports
+@reports_errors
 def ralm_generate(prompt, interval, tokens, lam, show, **common):
     """Continue PROMPT greedily with the kNN-LM and show each retrieval's neighbours."""
     from . import chamlm

@@ -10,6 +10,8 @@ from pathlib import Path
 import click
 
 from ... import checks
+from ...cli_support import log as _log
+from ...cli_support import reports_errors
 from ...errors import ConfigError
 
 __all__ = ["serve"]
@@ -17,10 +19,6 @@ __all__ = ["serve"]
 DEPTH_ALIASES = {"main": "main", "accelerator": "main", "npu": "main", "gpu": "main",
                  "fpga": "main", "cpu": "cpu", "aux": "cpu"}
 DEFAULT_DEPTHS = {"main": 16, "cpu": 4}
-
-
-def _log(line):
-    click.echo(f"  {line}", err=True)
 
 
 def parse_depths(text):
@@ -67,11 +65,6 @@ def serve():
     """WindVE: embedding serving that overflows peak load from the accelerator to the CPU."""
 
 
-def _reports(fn):
-    from ...cli import reports_errors
-    return reports_errors(fn)
-
-
 @serve.command("run")
 @click.option("--devices", help="Declared instances, e.g. cpu:1,cpu:1 or gpu:0,cpu:8@0-7 "
               "(KIND[:THREADS or INDEX][@CORES]); default: detect. With only CPU instances "
@@ -90,7 +83,7 @@ def _reports(fn):
               help="Texts per request.")
 @click.option("--truncate", is_flag=True, help="Cut texts over 256 tokens (as "
               "sentence-transformers does) instead of answering 413.")
-@_reports
+@reports_errors
 def serve_run(devices, heterogeneous, depths, host, port, max_batch, max_wait_ms, max_texts,
               truncate):
     """Serve POST /v1/embeddings, GET /metrics and GET /health until interrupted."""
@@ -158,7 +151,7 @@ def _levels(text):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="PNG of latency against concurrency, main-only and heterogeneous.")
-@_reports
+@reports_errors
 def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
     """Closed-loop stress test of a running service: main-only vs heterogeneous."""
     from . import stress
@@ -200,7 +193,7 @@ def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="PNG of latency against concurrency per device with the fitted lines.")
-@_reports
+@reports_errors
 def serve_calibrate(devices, heterogeneous, slos, max_profile, json_path, plot_path):
     """Fit t = alpha*C + beta per device, predict the queue depths, compare with a stress
     test in steps of 8 (the paper's Table 3)."""
