@@ -38,7 +38,7 @@ from . import profile
 from .package import render
 from .ports import SIDEBANDS
 from .scoreboard import DRAIN_CYCLES
-from .simulate import SimBuild
+from .simbuild import SimBuild
 from .tools import cache_dir, file_lock, use_verilator, write_atomic
 from .verilator import VERILATOR_ARGS, cxx_flags
 

@@ -32,33 +32,18 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
 """
 
 import json
-from pathlib import Path
 
 from .. import checks
 from ..errors import ConfigError, SimulationMismatch, ToolError
 from .emit import emit_accelerator
-from .ports import SIDEBANDS, StreamFormat
+from .native import ENGINES, build_native, run_native
+from .ports import SIDEBANDS
 from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
+from .simbuild import SimBuild
 from .tools import cache_dir
 from .verilator import run_testbench, verilate
 
 __all__ = ["build_sim", "simulate", "SimBuild"]
-
-class SimBuild:
-    """A Verilated build of one configuration: its directory, top name and ports."""
-
-    def __init__(self, directory, top, ports, cached, seconds):
-        self.directory = Path(directory)
-        self.top = top
-        self.ports = ports
-        self.cached = cached
-        self.seconds = seconds
-
-    def stream_formats(self):
-        """``{member name: (port prefix, direction, StreamFormat)}``."""
-        return {s["member"]: (s["port"], s["direction"], StreamFormat.from_dict(s))
-                for s in self.ports["streams"]}
-
 
 def build_sim(acc, config, *, waves=False, log=None):
     """Emit and Verilate ``config`` of accelerator ``acc`` (cached). Returns a :class:`SimBuild`."""
@@ -122,7 +107,6 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     under ``"outputs"`` (member name -> list of field dicts). Returns the result dictionary
     written by ``hwgen sim --json`` (see module docstring).
     """
-    from .native import ENGINES, build_native, run_native
     checks.probability("stall", stall)
     if engine not in ENGINES:
         raise ConfigError("engine", "must be one of " + ", ".join(ENGINES), value=engine)
