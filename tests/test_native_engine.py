@@ -113,3 +113,16 @@ def test_node_on_replicated_integer_vectors_from_the_cli(tmp_path):
     data = json.loads(out.read_text())
     assert data["mismatches"] == 0 and data["dataset"] == "integer vectors"
     assert data["results"] == 5 * 10
+
+
+def test_engines_share_one_interface_and_unknown_names_are_refused():
+    from hwgen.errors import ConfigError
+    from hwgen.flow.engine import ENGINES, get_engine
+    assert list(ENGINES) == ["cocotb", "native"]
+    for name, eng in ENGINES.items():
+        assert get_engine(name) is eng and eng.name == name
+        assert callable(eng.build) and callable(eng.run)
+    # run folders: the cocotb engine keeps the bare name used before the engines existed
+    assert (ENGINES["cocotb"].run_prefix, ENGINES["native"].run_prefix) == ("", "native-")
+    with pytest.raises(ConfigError, match="^engine='verilog': must be one of cocotb, native$"):
+        get_engine("verilog")

@@ -42,9 +42,7 @@ from .simbuild import SimBuild
 from .tools import cache_dir, file_lock, use_verilator, write_atomic
 from .verilator import VERILATOR_ARGS, cxx_flags
 
-__all__ = ["ENGINES", "NativeBuild", "build_native", "run_native"]
-
-ENGINES = ("cocotb", "native")
+__all__ = ["NativeBuild", "build_native", "run_native"]
 _TEMPLATE = "native_tb.cpp.j2"
 
 

@@ -82,9 +82,9 @@ def run_name(job, seed, stall, items):
     return f"seed{seed}-stall{stall:g}-n{items}-{digest}"
 
 
-def run_folder(parent, job, *, seed, stall, items, engine="cocotb"):
-    """``<parent>/runs/[<engine>-]<run_name>`` (the cocotb engine keeps the bare name)."""
-    prefix = "" if engine == "cocotb" else f"{engine}-"
+def run_folder(parent, job, *, seed, stall, items, prefix=""):
+    """``<parent>/runs/<prefix><run_name>`` (an engine's ``run_prefix``: the cocotb engine keeps
+    the bare name, the native one ``native-``)."""
     return parent / "runs" / (prefix + run_name(job, seed, stall, items))
 
 

@@ -1,11 +1,14 @@
-"""A Verilated build of one accelerator configuration, as both simulation engines see it (the
-cocotb build of :mod:`hwgen.flow.simulate` and the native one of :mod:`hwgen.flow.native`)."""
+"""A Verilated build of one accelerator configuration, as both simulation engines see it, and
+the cocotb engine's build (:func:`build_sim`; the native one is :func:`hwgen.flow.native.build_native`)."""
 
 from pathlib import Path
 
+from .emit import emit_accelerator
 from .ports import StreamFormat
+from .tools import cache_dir
+from .verilator import verilate
 
-__all__ = ["SimBuild"]
+__all__ = ["SimBuild", "build_sim"]
 
 
 class SimBuild:
@@ -22,3 +25,12 @@ class SimBuild:
         """``{member name: (port prefix, direction, StreamFormat)}``."""
         return {s["member"]: (s["port"], s["direction"], StreamFormat.from_dict(s))
                 for s in self.ports["streams"]}
+
+
+def build_sim(acc, config, *, waves=False, log=None):
+    """Emit and Verilate ``config`` of accelerator ``acc`` (cached). Returns a :class:`SimBuild`."""
+    work = cache_dir() / f"{acc.name}-{config.digest()}"
+    v_path, ports = emit_accelerator(acc, config, work / "rtl")
+    build_dir = work / ("build-waves" if waves else "build")
+    cached, seconds = verilate(v_path, acc.top_name, build_dir, waves=waves, log=log)
+    return SimBuild(build_dir, acc.top_name, ports, cached=cached, seconds=seconds)

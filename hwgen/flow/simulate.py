@@ -34,24 +34,13 @@ Measurements (all in clock cycles, counted by the testbench monitor at the top-l
 import json
 
 from .. import checks
-from ..errors import ConfigError, SimulationMismatch, ToolError
-from .emit import emit_accelerator
-from .native import ENGINES, build_native, run_native
+from ..errors import SimulationMismatch, ToolError
+from .engine import get_engine
 from .ports import SIDEBANDS
 from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
-from .simbuild import SimBuild
-from .tools import cache_dir
-from .verilator import run_testbench, verilate
+from .simbuild import SimBuild, build_sim
 
 __all__ = ["build_sim", "simulate", "SimBuild"]
-
-def build_sim(acc, config, *, waves=False, log=None):
-    """Emit and Verilate ``config`` of accelerator ``acc`` (cached). Returns a :class:`SimBuild`."""
-    work = cache_dir() / f"{acc.name}-{config.digest()}"
-    v_path, ports = emit_accelerator(acc, config, work / "rtl")
-    build_dir = work / ("build-waves" if waves else "build")
-    cached, seconds = verilate(v_path, acc.top_name, build_dir, waves=waves, log=log)
-    return SimBuild(build_dir, acc.top_name, ports, cached=cached, seconds=seconds)
 
 
 def port_of_result(formats, model):
@@ -108,15 +97,13 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     written by ``hwgen sim --json`` (see module docstring).
     """
     checks.probability("stall", stall)
-    if engine not in ENGINES:
-        raise ConfigError("engine", "must be one of " + ", ".join(ENGINES), value=engine)
+    eng = get_engine(engine)
     model = acc.model
     # stimulus and golden model first: bad data or options fail before the Verilator build
     work = workload(acc, config, items=items, seed=seed, stimulus_options=stimulus_options,
                     stimulus=stimulus, log=log)
     items, stim, inputs, expected = work.items, work.stim, work.inputs, work.expected
-    build = build_native(acc, config, waves=waves, log=log) if engine == "native" else \
-        build_sim(acc, config, waves=waves, log=log)
+    build = eng.build(acc, config, waves=waves, log=log)
     formats = build.stream_formats()
 
     job_ports, in_beats, out_beats = [], 0, 0
@@ -142,14 +129,10 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         job["sample"] = {"port": port_of_result(formats, model), "signals":
                          list(model.sample_signals)}
     run_dir = run_folder(build.directory.parent, job, seed=seed, stall=stall, items=items,
-                         engine=engine)
+                         prefix=eng.run_prefix)
     label = f"simulating {acc.name}" if progress else None
-    if engine == "native":
-        result, sim_seconds = run_native(build, job, run_dir, progress_label=label)
-    else:
-        result, sim_seconds = run_testbench(
-            acc.testbench, build.top, build.directory, run_dir, job, seed=seed, waves=waves,
-            progress_label=label)
+    result, sim_seconds = eng.run(acc, build, job, run_dir, seed=seed, waves=waves,
+                                  progress_label=label)
 
     if result.get("monitor_disagrees"):
         raise ToolError(f"{acc.name}: the testbench's handshake monitor and its stream sinks "

@@ -94,7 +94,7 @@ def spec_path(name):
 
 def load_spec(path):
     """The jobs of the spec file ``path``, every configuration validated (nothing runs yet)."""
-    from .native import ENGINES
+    from .engine import ENGINES
     path = spec_path(path)
     doc = _read(path)
     entries = doc if isinstance(doc, list) else [doc]
@@ -155,11 +155,10 @@ def load_spec(path):
 # -- tasks (run on the workers) -----------------------------------------------------------
 
 def _build_task(accelerator, params, engine):
-    from .native import build_native
-    from .simulate import build_sim
+    from .engine import get_engine
     acc = registry.get(accelerator)
     cfg = acc.config.from_dict(params)
-    build = build_native(acc, cfg) if engine == "native" else build_sim(acc, cfg)
+    build = get_engine(engine).build(acc, cfg)
     return {"accelerator": accelerator, "params": params, "cached": build.cached,
             "seconds": round(build.seconds, 2)}
 
