@@ -13,14 +13,14 @@ import json
 from pathlib import Path
 
 from .emit import emit_accelerator
-from .tools import cache_dir
+from .tools import work_dir
 
 __all__ = ["build_accelerator", "latest_measurement"]
 
 
 def latest_measurement(acc, config):
     """The newest ``hwgen sim`` summary of this configuration from the build cache, or None."""
-    runs = cache_dir() / f"{acc.name}-{config.digest()}" / "runs"
+    runs = work_dir(acc, config) / "runs"
     summaries = sorted(runs.glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
     if not summaries:
         return None
@@ -31,7 +31,7 @@ def latest_measurement(acc, config):
 
 
 def _cached_synth(acc, config):
-    path = cache_dir() / f"{acc.name}-{config.digest()}" / "synth" / "synth.json"
+    path = work_dir(acc, config) / "synth" / "synth.json"
     if path.exists():
         data = json.loads(path.read_text())
         return {k: v for k, v in data["counts"].items() if k != "cells"}

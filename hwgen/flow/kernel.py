@@ -68,7 +68,7 @@ from ..lib.axi import (AXI4LiteControl, AXI4LiteSignature, AXI4Reader, AXI4Signa
 from .emit import drop_zero_memory_init, to_verilog
 from .ports import StreamFormat
 from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
-from .tools import cache_dir
+from .tools import work_dir
 from .verilator import run_testbench, verilate
 
 __all__ = ["KernelStream", "MemoryKernel", "core_streams", "emit_kernel", "flat_ports",
@@ -460,7 +460,7 @@ def simulate_kernel(acc, cfg, board=None, *, items=None, seed=1, stall=0.0, drop
     name = kernel_name(acc)
     board_tag = board.name if board is not None else "noboard"
     opt_tag = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
-    work = cache_dir() / f"{acc.name}-{cfg.digest()}-kernel-{board_tag}-{opt_tag}"
+    work = work_dir(acc, cfg, f"-kernel-{board_tag}-{opt_tag}")
     checks.probability("stall", stall)
     # stimulus and golden model first: bad data fails before the Verilator build
     work_load = workload(acc, cfg, items=items, seed=seed)

@@ -39,7 +39,7 @@ from .package import render
 from .ports import SIDEBANDS
 from .scoreboard import DRAIN_CYCLES
 from .simbuild import SimBuild
-from .tools import cache_dir, file_lock, use_verilator, write_atomic
+from .tools import file_lock, use_verilator, work_dir, write_atomic
 from .verilator import VERILATOR_ARGS, cxx_flags
 
 __all__ = ["NativeBuild", "build_native", "run_native"]
@@ -64,7 +64,7 @@ def build_native(acc, config, *, waves=False, log=None):
     """Emit ``config``'s Verilog and compile it with the generated testbench (cached). With
     ``waves`` the model is built with ``--trace`` (a separate build) and the testbench writes
     ``dump.vcd`` into the run folder."""
-    work = cache_dir() / f"{acc.name}-{config.digest()}"
+    work = work_dir(acc, config)
     v_path, ports = emit_accelerator(acc, config, work / "rtl")
     streams = [_port_view(s) for s in ports["streams"]]
     sample = None

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from .emit import emit_accelerator
 from .ports import StreamFormat
-from .tools import cache_dir
+from .tools import work_dir
 from .verilator import verilate
 
 __all__ = ["SimBuild", "build_sim"]
@@ -29,7 +29,7 @@ class SimBuild:
 
 def build_sim(acc, config, *, waves=False, log=None):
     """Emit and Verilate ``config`` of accelerator ``acc`` (cached). Returns a :class:`SimBuild`."""
-    work = cache_dir() / f"{acc.name}-{config.digest()}"
+    work = work_dir(acc, config)
     v_path, ports = emit_accelerator(acc, config, work / "rtl")
     build_dir = work / ("build-waves" if waves else "build")
     cached, seconds = verilate(v_path, acc.top_name, build_dir, waves=waves, log=log)

@@ -31,7 +31,7 @@ import time
 from ..errors import ToolError
 from . import profile
 from .emit import emit_accelerator
-from .tools import cache_dir, file_lock, yosys_path
+from .tools import file_lock, work_dir, yosys_path
 
 __all__ = ["synthesize", "parse_stat", "LUTRAM_WEIGHTS"]
 
@@ -77,7 +77,7 @@ def synthesize(acc, config, *, board=None, log=None):
         raise ToolError("yosys not found: install Debian's yosys (make setup does when run as "
                         "root) or set HWGEN_YOSYS")
     family = board.family if board is not None else "xcup"
-    work = cache_dir() / f"{acc.name}-{config.digest()}" / "synth"
+    work = work_dir(acc, config) / "synth"
     with file_lock(work.parent / ".synth.lock"):      # one yosys run per configuration
         return _synthesize(acc, config, board, exe, family, work, log)
 

