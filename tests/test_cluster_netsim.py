@@ -15,7 +15,7 @@ from hwgen.cluster.netsim import Host, NetworkHub, NodeRun, run_cluster
 from hwgen.cluster.packet import Packet, from_beats, packet_layout, split_packets, to_beats
 from hwgen.flow.emit import emit_verilog
 from hwgen.flow.ports import StreamFormat
-from hwgen.flow.simulate import _frames, _received_beats
+from hwgen.flow.frames import received_beats, stimulus_frames
 from hwgen.flow.tools import cache_dir
 from hwgen.flow.verilator import verilate
 
@@ -69,7 +69,7 @@ def simulate(build, fmt, tmp_path, sent, *, loss=0.0, latency_s=0.0):
         job = {"seed": addr, "stall": 0.3, "timeout_cycles": 10_000_000, "address": addr,
                "net": {"out": "m_axis_net", "in": "s_axis_net",
                        "dst": {"signal": "tdest", "bits": 8}},
-               "ports": [{"port": "s_axis_k", "direction": "in", "frames": _frames(beats, fmt)},
+               "ports": [{"port": "s_axis_k", "direction": "in", "frames": stimulus_frames(beats, fmt)},
                          {"port": "m_axis_k", "direction": "out"}],
                "expect": {"m_axis_k": expect} if not loss else {}}
         nodes.append(NodeRun(f"node{addr}", "bridge", build_dir, job))
@@ -79,7 +79,7 @@ def simulate(build, fmt, tmp_path, sent, *, loss=0.0, latency_s=0.0):
     for addr in sent:
         frames = results[f"node{addr}"]["outputs"]["m_axis_k"]
         got[addr] = [from_beats(p, DATA_BITS)
-                     for f in frames for p in split_packets(_received_beats([f], fmt))]
+                     for f in frames for p in split_packets(received_beats([f], fmt))]
     return got, stats
 
 
@@ -131,18 +131,18 @@ def lockstep_run(build, tmp_path, hop, seed, extra_expected=0, idle_cycles=0):
         job = {"seed": addr, "stall": 0.3, "timeout_cycles": 200_000, "address": addr,
                "net": {"out": "m_axis_net", "in": "s_axis_net",
                        "dst": {"signal": "tdest", "bits": 8}},
-               "ports": [{"port": "s_axis_k", "direction": "in", "frames": _frames(beats, fmt)},
+               "ports": [{"port": "s_axis_k", "direction": "in", "frames": stimulus_frames(beats, fmt)},
                          {"port": "m_axis_k", "direction": "out"}],
                "expect": {}}
         nodes.append(NodeRun(f"node{addr}", "bridge", build_dir, job))
-    host = Host(9, [(2, f) for p in from_host for f in _frames(to_beats(p, DATA_BITS), fmt)],
+    host = Host(9, [(2, f) for p in from_host for f in stimulus_frames(to_beats(p, DATA_BITS), fmt)],
                 expect_frames=len(to_host) + extra_expected)
     results, stats = run_cluster(nodes, tmp_path, seed=3, timeout_s=300, lockstep=hop,
                                  host=host, idle_cycles=idle_cycles)
-    at_host = [(c, from_beats(_received_beats([f], fmt), DATA_BITS))
+    at_host = [(c, from_beats(received_beats([f], fmt), DATA_BITS))
                for c, f in stats["host_received"]]
     at_2 = [from_beats(p, DATA_BITS) for f in results["node2"]["outputs"]["m_axis_k"]
-            for p in split_packets(_received_beats([f], fmt))]
+            for p in split_packets(received_beats([f], fmt))]
     return to_host, from_host, at_host, at_2, results, stats
 
 

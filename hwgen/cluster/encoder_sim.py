@@ -156,7 +156,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     ``idle_cycles``: a cluster with no network traffic for this many cycles has stalled and
     is stopped (``stalled_at`` in the report); ``drops`` lists every nonzero drop counter of
     the tops (``status_*drop*``: routers, gateway, packet adapters, GMI kernels)."""
-    from ..flow.simulate import _frames, _received_beats
+    from ..flow.frames import received_beats, stimulus_frames
     from .layer_golden import run as golden_run
     from .multifpga import _fmt, prepare
     from .netsim import Host, NodeRun, run_cluster
@@ -181,7 +181,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     want = np.asarray(golden_run(hp.cluster.cluster.layers, x), dtype=np.int64)
     net = _fmt(runs[0], "s_axis_net")
     frames = [(hp.gateway_address, f) for pkt in hp.input_packets(x)
-              for f in _frames(to_beats(pkt, desc.data_bits), net)]
+              for f in stimulus_frames(to_beats(pkt, desc.data_bits), net)]
     expect_frames = tokens * -(-hp.out_fmt.row_bytes // hp.out_kernel.r2p.max_packet_bytes)
     host = Host(hp.address, frames, expect_frames)
     nodes = []
@@ -191,7 +191,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
                "net": {"out": "m_axis_net", "in": "s_axis_net",
                        "dst": {"stream": "m_axis_addr"}},
                "ports": [{"port": "s_axis_cfg", "direction": "in",
-                          "frames": _frames(r.cfg_beats, _fmt(r, "s_axis_cfg"))}],
+                          "frames": stimulus_frames(r.cfg_beats, _fmt(r, "s_axis_cfg"))}],
                "expect": {}}
         nodes.append(NodeRun(f"{r.plan.cluster.name}_{r.fpga.name}", r.top, r.build_dir, job))
     t1 = time.monotonic()
@@ -203,7 +203,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     packets, malformed = [], 0
     for _, beats in got_frames:
         try:
-            packets.append(from_beats(_received_beats([beats], net), desc.data_bits))
+            packets.append(from_beats(received_beats([beats], net), desc.data_bits))
         except ValueError:
             malformed += 1
     rows = hp.output_rows(packets)

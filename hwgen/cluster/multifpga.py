@@ -249,18 +249,18 @@ def simulate(runs, sent, data_bits, run_dir, *, latency_s=0.0, loss=0.0, seed=1,
     """Run every FPGA at once; returns ``(received {(cid, kid): [Packet]}, malformed count,
     hub stats)``. ``expect`` ({(cid, kid): [Packet]}) lets the run stop as soon as every kernel
     has its beats."""
-    from ..flow.simulate import _frames, _received_beats
+    from ..flow.frames import received_beats, stimulus_frames
     from .netsim import NodeRun, run_cluster
     nodes = []
     for r in runs:
         cid = r.plan.cluster.id
         ports = [{"port": "s_axis_cfg", "direction": "in",
-                  "frames": _frames(r.cfg_beats, _fmt(r, "s_axis_cfg"))}]
+                  "frames": stimulus_frames(r.cfg_beats, _fmt(r, "s_axis_cfg"))}]
         want = {}
         for i in r.external:
             beats = [b for pkt in sent.get((cid, i), []) for b in to_beats(pkt, data_bits)]
             ports.append({"port": f"s_axis_k{i}", "direction": "in",
-                          "frames": _frames(beats, _fmt(r, f"s_axis_k{i}"))})
+                          "frames": stimulus_frames(beats, _fmt(r, f"s_axis_k{i}"))})
             ports.append({"port": f"m_axis_k{i}", "direction": "out"})
             if expect is not None:
                 want[f"m_axis_k{i}"] = sum(len(to_beats(q, data_bits))
@@ -279,7 +279,7 @@ def simulate(runs, sent, data_bits, run_dir, *, latency_s=0.0, loss=0.0, seed=1,
         for i in r.external:
             fmt = _fmt(r, f"m_axis_k{i}")
             got = []
-            for beats in split_packets(_received_beats(results[n.name]["outputs"]
+            for beats in split_packets(received_beats(results[n.name]["outputs"]
                                                        [f"m_axis_k{i}"], fmt)):
                 try:
                     got.append(from_beats(beats, data_bits))
@@ -287,7 +287,7 @@ def simulate(runs, sent, data_bits, run_dir, *, latency_s=0.0, loss=0.0, seed=1,
                     malformed += 1
             received[(cid, i)] = got
     net = _fmt(runs[0], "m_axis_net")
-    stats["dropped_packets"] = [from_beats(_received_beats([d["frame"]], net), data_bits)
+    stats["dropped_packets"] = [from_beats(received_beats([d["frame"]], net), data_bits)
                                 for d in stats["dropped_log"]]
     stats["timeouts"] = [n.name for n in nodes if results[n.name]["timeout"]]
     return received, malformed, stats

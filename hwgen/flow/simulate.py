@@ -36,7 +36,7 @@ import json
 from .. import checks
 from ..errors import SimulationMismatch, ToolError
 from .engine import get_engine
-from .ports import SIDEBANDS
+from .frames import received_beats, stimulus_frames
 from .scoreboard import beat_names, compare, run_folder, timeout_cycles, workload
 from .simbuild import SimBuild, build_sim
 
@@ -46,42 +46,6 @@ __all__ = ["build_sim", "simulate", "SimBuild"]
 def port_of_result(formats, model):
     """The AXI-Stream port prefix of the model's result stream."""
     return formats[model.result_port][0]
-
-
-def _frames(beats, fmt):
-    """Group packed words into AXI-Stream frames at beats with ``last`` set. A beat of a
-    stream with sideband fields is ``{"tdata": word, "tkeep": ..., "tdest": ...}``."""
-    words = [fmt.pack(b) for b in beats]
-    if fmt.sidebands:
-        words = [{"tdata": w, **fmt.pack_sidebands(b)} for w, b in zip(words, beats)]
-    if not fmt.has_last:
-        return [words] if words else []
-    frames, current = [], []
-    for beat, word in zip(beats, words):
-        current.append(word)
-        if beat["last"]:
-            frames.append(current)
-            current = []
-    if current:
-        raise ValueError("stimulus stream does not end with a beat whose last flag is set")
-    return frames
-
-
-def _received_beats(frames, fmt):
-    """Unpack the testbench's frames; TLAST (end of each frame) becomes the ``last`` field."""
-    beats = []
-    inverse = {signal: name for name, signal in SIDEBANDS.items()}
-    for frame in frames:
-        for k, word in enumerate(frame):
-            if isinstance(word, dict):          # a beat with sideband signals
-                beat = fmt.unpack(word["tdata"])
-                beat.update({inverse[sig]: v for sig, v in word.items() if sig != "tdata"})
-            else:
-                beat = fmt.unpack(word)
-            if fmt.has_last:
-                beat["last"] = int(k == len(frame) - 1)
-            beats.append(beat)
-    return beats
 
 
 def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progress=False,
@@ -110,7 +74,7 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     for member, (port, direction, fmt) in formats.items():
         if direction == "in":
             beats = inputs.get(member, [])
-            frames = _frames(beats, fmt)
+            frames = stimulus_frames(beats, fmt)
             job_ports.append({"port": port, "direction": "in", "frames": frames})
             in_beats += len(beats)
         else:
@@ -142,7 +106,7 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     for member, (port, direction, fmt) in formats.items():
         if direction != "out":
             continue
-        got = received[member] = _received_beats(result["outputs"][port], fmt)
+        got = received[member] = received_beats(result["outputs"][port], fmt)
         count, ex = compare(expected[member], got, beat_names(fmt))
         by_port[member] = count
         mismatches += count
