@@ -120,7 +120,7 @@ mutate: setup
 	  ln -sfn ../../rtl_templates mutants/hwgen/rtl_templates && \
 	  ln -sfn ../../boards mutants/hwgen/board_files
 	HWGEN_CACHE=$(abspath build/cache) HWGEN_BUILD=test HWGEN_TORCH_THREADS=1 \
-	  $(VENV)/bin/mutmut run --max-children 2 $(MUTATE_ARGS) || true
+	  $(VENV)/bin/mutmut run --max-children 2 $(MUTATE_ARGS)
 	$(HWGEN) bench mutation --results mutants --json build/mutation.json
 
 clean:
