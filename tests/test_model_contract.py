@@ -93,8 +93,10 @@ def test_run_folders_differ_in_anything_that_goes_into_the_run(tmp_path):
     a = scoreboard.run_folder(tmp_path, job, seed=1, stall=0.1, items=3)
     assert a.parent == tmp_path / "runs" and a.name.startswith("seed1-stall0.1-n3-")
     assert a != scoreboard.run_folder(tmp_path, other, seed=1, stall=0.1, items=3)
+    from hwgen.flow.engine import ENGINES
+    native = ENGINES["native"].run_prefix
     assert scoreboard.run_folder(tmp_path, job, seed=1, stall=0.1, items=3,
-                                 engine="native").name == "native-" + a.name
+                                 prefix=native).name == "native-" + a.name
 
 
 def test_workload_checks_options_before_drawing():
