@@ -109,9 +109,9 @@ $(ACCELERATORS): setup
 # Mutation testing (mutmut, configured in pyproject's [tool.mutmut]): the golden models and the
 # host packages, each mutant checked by the tests that execute the changed function; then the
 # kill rate per package (hwgen/flow/mutation.py), which fails below the floor (80 % on the golden
-# models). Not part of `make test`: it takes tens of minutes. Results stay in mutants/ (a rerun
-# checks only the functions changed since); MUTATE_ARGS go to `mutmut run` (e.g. a mutant
-# name glob). The mutated copy of hwgen gets links to the three folders installed inside it.
+# models). Not part of `make test`: it takes about 25 minutes. Results stay in mutants/ (a rerun
+# checks only the functions changed since: after changing tests, `rm -rf mutants` first);
+# MUTATE_ARGS go to `mutmut run` (e.g. a mutant name glob). The mutated copy of hwgen gets links to the three folders installed inside it.
 MUTMUT      := mutmut==3.8.1
 MUTATE_ARGS ?=
 mutate: setup
