@@ -96,16 +96,21 @@ def main(debug):
 
 @main.command("list")
 @click.argument("name", required=False)
-@click.option("--boards", is_flag=True, help="List the target boards instead.")
+@click.option("--boards", is_flag=True, help="List the target boards instead (vendor boards, "
+              "then the open-flow ECP5 boards).")
 @reports_errors
 def list_cmd(name, boards):
     """List accelerators (or boards); with NAME, show its parameters."""
     if boards:
         from .boards import board_names, load_board
+        from .flow.openboard import OPEN_BOARDS
         for b in map(load_board, board_names()):
             mem = ", ".join(f"{mc.count}x {mc.kind}" for mc in b.memory)
             click.echo(f"{b.name:<11} {b.title:<28} {b.part:<26} {mem}; "
                        f"{b.kernel_clock_mhz:g} MHz")
+        for board, (platform, what) in OPEN_BOARDS.items():
+            click.echo(f"{board:<11} {what:<28} open flow: self-test bitstream "
+                       f"(amaranth-boards {platform.rpartition(':')[2]})")
         return
     if name:
         acc = registry.get(name)

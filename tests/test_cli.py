@@ -35,6 +35,10 @@ def test_list_boards():
     for board in ("u250", "u280", "u55c", "vck190", "vck5000", "sidewinder"):
         assert board in out
     assert "32x HBM" in out
+    from hwgen.flow.openboard import OPEN_BOARDS        # every board `build --board` accepts
+    for board in OPEN_BOARDS:
+        line = next(ln for ln in out.splitlines() if ln.split()[0] == board)
+        assert "open flow: self-test bitstream" in line
 
 
 def test_list_parameters_of_one_accelerator():
