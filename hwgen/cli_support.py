@@ -14,8 +14,8 @@ from .errors import HwgenError, SimulationMismatch
 __all__ = ["reports_errors", "log", "DEBUG"]
 
 
-#: Set by ``hwgen --debug`` (or HWGENDEBUG=1): errors propagate with their traceback.
-DEBUG = {"on": os.environ.get("HWGENDEBUG", "") not in ("", "0")}
+#: Set by ``hwgen --debug`` (or HWGEN_DEBUG=1): errors propagate with their traceback.
+DEBUG = {"on": os.environ.get("HWGEN_DEBUG", "") not in ("", "0")}
 
 
 def _fail(message, code):

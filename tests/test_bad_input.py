@@ -7,6 +7,7 @@ The node server's probes are in ``tests/test_node_server.py``; generated inputs 
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -152,6 +153,17 @@ def test_internal_errors_are_one_line_and_debug_shows_the_traceback(monkeypatch)
     assert "internal error, a bug in hwgen (ZeroDivisionError: division by zero)" in err
     result = CliRunner().invoke(main, ["--debug", "sim", "pq-decoder"])
     assert isinstance(result.exception, ZeroDivisionError)
+
+
+def test_debug_environment_variable_shows_the_traceback(files):
+    """``HWGEN_DEBUG=1`` is ``--debug`` for a whole shell session: the traceback, not one line."""
+    args = [sys.executable, "-m", "hwgen.cli", "build", "pq-decoder", "--config",
+            str(files / "binary.json"), "--out", str(files / "o")]
+    plain = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    debug = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, HWGEN_DEBUG="1"))
+    assert "Traceback" not in plain.stderr and plain.returncode == 2
+    assert "Traceback (most recent call last)" in debug.stderr, debug.stderr[-2000:]
 
 
 def test_real_entry_point_one_line(files):
