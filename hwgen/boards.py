@@ -90,10 +90,12 @@ class MemoryChannels:
 
     @property
     def total_bandwidth_gbytes_per_s(self) -> float:
+        """Bandwidth of all ``count`` channels together, in GB/s."""
         return self.bandwidth_gbytes_per_s * self.count
 
     @property
     def total_capacity_gib(self) -> float:
+        """Capacity of all ``count`` channels together, in GiB."""
         return self.capacity_gib * self.count
 
     @property
@@ -141,6 +143,7 @@ class Board:
 
     @property
     def memory_kinds(self) -> tuple[str, ...]:
+        """The ``kind`` of every ``[[memory]]`` table, in declared order (``("HBM", "DDR")``)."""
         return tuple(m.kind for m in self.memory)
 
     def memory_of(self, kind: str) -> MemoryChannels:

@@ -56,19 +56,23 @@ class Accelerator:
 
     @property
     def config(self):
+        """The configuration dataclass, imported from ``config_path``."""
         return _load(self.config_path)
 
     @property
     def test_configs(self):
+        """The configurations (dicts of overrides) the test suite simulates, the spec resolved."""
         spec = self.test_configs_spec
         return tuple(_load(spec) if isinstance(spec, str) else spec)
 
     @property
     def model(self):
+        """The stream-model class, imported from ``model_path``."""
         return _load(self.model_path)
 
     @property
     def top_name(self):
+        """The Verilog top module's name: ``name`` with ``_`` for ``-``."""
         return self.name.replace("-", "_")
 
     def make_config(self, overrides=(), config_file=None, board=None):
@@ -80,6 +84,7 @@ class Accelerator:
         return cfg.with_overrides(overrides)
 
     def build_core(self, config):
+        """The Amaranth core component of ``top_path``, constructed from ``config``."""
         return _load(self.top_path)(config)
 
 
@@ -339,6 +344,7 @@ ACCELERATORS = {a.name: a for a in [
 
 
 def names():
+    """Names of the registered accelerators, in registration order."""
     return list(ACCELERATORS)
 
 
