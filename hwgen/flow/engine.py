@@ -25,9 +25,12 @@ class CocotbEngine:
     run_prefix = ""                       # run folders keep the bare name
 
     def build(self, acc, config, *, waves=False, log=None):
+        """Emit and Verilate ``config`` with VPI (cached); a
+        :class:`~hwgen.flow.simbuild.SimBuild`."""
         return build_sim(acc, config, waves=waves, log=log)
 
     def run(self, acc, build, job, run_dir, *, seed, waves=False, progress_label=None):
+        """Run ``job`` with ``acc.testbench`` on ``build`` in ``run_dir``; ``(result, seconds)``."""
         return run_testbench(acc.testbench, build.top, build.directory, run_dir, job,
                              seed=seed, waves=waves, progress_label=progress_label)
 
@@ -38,9 +41,14 @@ class NativeEngine:
     run_prefix = "native-"
 
     def build(self, acc, config, *, waves=False, log=None):
+        """Emit ``config`` and compile it with the generated C++ testbench (cached); a
+        :class:`~hwgen.flow.native.NativeBuild` (``waves``: a separate ``--trace`` build)."""
         return build_native(acc, config, waves=waves, log=log)
 
     def run(self, acc, build, job, run_dir, *, seed, waves=False, progress_label=None):
+        """Run ``job`` on the ``build`` executable in ``run_dir``; ``(result, seconds)``. ``seed``
+        and ``waves`` are unused: the job carries its own seed and waves are chosen at build time.
+        """
         return run_native(build, job, run_dir, progress_label=progress_label)
 
 

@@ -102,14 +102,17 @@ class KernelStream:
 
     @property
     def port(self):
+        """Name of the stream's AXI4 master on the kernel: ``m_axi_<member>``."""
         return f"m_axi_{self.member}"
 
     @property
     def ptr_arg(self):
+        """Name of the kernel argument holding the buffer's byte address: ``<member>_ptr``."""
         return f"{self.member}_ptr"
 
     @property
     def count_arg(self):
+        """Name of the kernel argument holding the number of records: ``<member>_count``."""
         return f"{self.member}_count"
 
     def words(self, count, word_bytes):
@@ -147,11 +150,14 @@ class KernelStream:
         return beats, bad
 
     def to_dict(self):
+        """JSON form (``ports.json``'s ``"kernel"`` streams): member, direction, port, record bytes,
+        format."""
         return {"member": self.member, "direction": self.direction, "port": self.port,
                 "record_bytes": self.record_bytes, "format": self.format.to_dict()}
 
     @classmethod
     def from_dict(cls, d):
+        """Inverse of :meth:`to_dict` (``port`` is recomputed from ``member``)."""
         return cls(d["member"], d["direction"], StreamFormat.from_dict(d["format"]),
                    d["record_bytes"])
 
@@ -244,6 +250,7 @@ class MemoryKernel(wiring.Component):
 
     @property
     def word_bytes(self):
+        """Bytes of one AXI data word of the stream masters (``data_bits / 8``)."""
         return self.data_bits // 8
 
     @staticmethod

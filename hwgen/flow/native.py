@@ -51,6 +51,7 @@ class NativeBuild(SimBuild):
 
     @property
     def executable(self):
+        """Path of the compiled simulator (``Vsim`` in the build folder)."""
         return self.directory / "Vsim"
 
 

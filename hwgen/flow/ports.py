@@ -34,9 +34,11 @@ class Field:
 
     @property
     def width(self):
+        """Bits the field occupies in TDATA: ``bits * count``."""
         return self.bits * self.count
 
     def to_dict(self):
+        """JSON form, as written into ``ports.json``."""
         return {"name": self.name, "offset": self.offset, "bits": self.bits,
                 "count": self.count, "signed": self.signed, "array": self.array}
 
@@ -92,10 +94,13 @@ class StreamFormat:
 
     @classmethod
     def from_dict(cls, d):
+        """Inverse of :meth:`to_dict` (reads a stream of ``ports.json``)."""
         return cls(tuple(Field(**f) for f in d["fields"]), d["tdata_bits"], d["tlast"],
                    tuple((name, bits) for name, bits in d.get("sidebands", {}).items()))
 
     def to_dict(self):
+        """JSON form, as written into ``ports.json``: ``tdata_bits``, ``tlast``, ``fields`` and,
+        when there are any, ``sidebands`` (``{field name: bits}``)."""
         out = {"tdata_bits": self.tdata_bits, "tlast": self.has_last,
                "fields": [f.to_dict() for f in self.fields]}
         if self.sidebands:
@@ -113,6 +118,8 @@ class StreamFormat:
         return sum(f.width for f in self.fields)
 
     def field(self, name):
+        """The :class:`Field` called ``name``; KeyError if the payload has none (``last`` and
+        sideband fields are not TDATA fields)."""
         for f in self.fields:
             if f.name == name:
                 return f

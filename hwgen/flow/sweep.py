@@ -49,6 +49,11 @@ _KEYS = ("accelerator", "grid", "configs", "seeds", "stall", "items", "engine", 
 
 @dataclass
 class Job:
+    """One sweep job: a simulation (``kind="sim"``) of one configuration (``params``, overrides of
+    the accelerator's defaults) at one ``seed`` and ``stall`` level with ``items`` items on
+    ``engine``, or a yosys synthesis of it (``kind="synth"``). ``index`` is its position in the
+    spec's job list; ``options`` are the model's stimulus options and ``fault`` the spec's
+    fault-injection entry (see module docstring)."""
     index: int
     accelerator: str
     params: dict

@@ -31,6 +31,7 @@ BENCH_CONFIGS = [(name, ()) for name in registry.names()] + EXTRA_CONFIGS
 
 
 def row_key(name, sets):
+    """Row name of a bench configuration: the accelerator ``name``, then its ``--set`` strings."""
     return name + (" " + " ".join(sets) if sets else "")
 
 
