@@ -477,6 +477,7 @@ class AXI4LiteControl(wiring.Component):
 
     @property
     def range(self):
+        """Bytes of the register address space, ``2**addr_width`` (kernel.xml's ``range``)."""
         return 1 << self._addr_width
 
     def elaborate(self, platform):

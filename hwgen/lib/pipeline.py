@@ -60,6 +60,7 @@ class CreditBuffer(wiring.Component):
 
     @property
     def depth(self):
+        """FIFO depth in results: the most items admitted and not yet delivered on ``o``."""
         return self._depth
 
     def elaborate(self, platform):
