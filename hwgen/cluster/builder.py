@@ -82,6 +82,9 @@ def _dot(p, plans_colours):
 
 
 def summary_lines(plans):
+    """Human-readable summary of cluster ``plans``: per cluster one line of kernel counts
+    by role and the id range, then per FPGA its board, IP, kernel counts by role and kernel
+    id ranges."""
     out = []
     for p in plans:
         c = p.counts()

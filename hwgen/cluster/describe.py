@@ -85,23 +85,35 @@ _REF = re.compile(r"^([A-Za-z_][\w-]*)(?:\[(\d+)\])?$")
 
 @dataclass(frozen=True)
 class Module:
+    """One module of a layer's kernel chain: a registered accelerator ``kind``
+    (``hwgen list``) and its ``params`` (checked by its config class; file parameters
+    resolved to paths)."""
     kind: str
     params: dict
 
 
 @dataclass(frozen=True)
 class Layer:
+    """A layer of the layer description: ``count`` identical compute kernels named
+    ``name`` (``name[i]`` when ``count`` > 1), each the chain of :class:`Module` ``modules``;
+    ``label`` is the display name (default: the module kinds joined by ``+``)."""
     name: str
     count: int
     modules: tuple
     label: str
 
     def instances(self):
+        """The layer's instance names: ``[name]`` for one kernel, else ``name[0]`` ...
+        ``name[count - 1]``."""
         return [self.name] if self.count == 1 else [f"{self.name}[{i}]" for i in range(self.count)]
 
 
 @dataclass(frozen=True)
 class Connection:
+    """Connection ``index`` of the layer description: from the instances ``src``
+    (``("input",)``: the cluster's gateway input) to ``dst`` (``("output",)``: the cluster's
+    output), through GMI kernel ``gmi`` (None: pairwise or point-to-point) configured by
+    ``params``; ``port`` names the receivers' chain inputs (see the module docstring)."""
     index: int
     name: str
     src: tuple          # instance names, or ("input",)
@@ -118,6 +130,8 @@ class Connection:
 
     @property
     def virtual(self):
+        """Whether this is a GMI connection from ``input``, which becomes a virtual kernel
+        inside the gateway rather than a GMI kernel of its own."""
         return self.gmi is not None and self.src == ("input",)
 
 
@@ -162,19 +176,27 @@ def assign_ports(instance, names, feeds, connection=lambda feed: feed):
 
 @dataclass(frozen=True)
 class LayerDescription:
+    """A parsed layer description: its ``name``, the :class:`Layer` ``layers`` and the
+    :class:`Connection` ``connections``, in file order."""
     name: str
     layers: tuple
     connections: tuple
 
     def instances(self):
+        """Every compute kernel instance name, layer by layer in file order."""
         return [i for layer in self.layers for i in layer.instances()]
 
     def layer_of(self, instance):
+        """The :class:`Layer` that instance name ``instance`` belongs to (StopIteration
+        for an unknown name)."""
         return next(l for l in self.layers if instance in l.instances())
 
 
 @dataclass(frozen=True)
 class FPGA:
+    """One FPGA of a cluster: its ``name``, ``board`` (a board name of
+    :mod:`hwgen.boards`), IPv4 address ``ip`` and the ``kernels`` placed on it, as the
+    references were written (instances, layer names, GMI connection names, ``gateway``)."""
     name: str
     board: str
     ip: str
@@ -183,6 +205,10 @@ class FPGA:
 
 @dataclass(frozen=True)
 class Cluster:
+    """One cluster of the cluster description: cluster ``id`` (0..255), ``name``, its
+    :class:`FPGA` ``fpgas``, its :class:`LayerDescription` ``layers``, ``reserved_ids``
+    (``{kernel id: why}``, left unassigned) and ``output`` (``{"cluster": c, "kernel": k}``
+    [+ ``"ip"``] where the cluster's output goes, or None)."""
     id: int
     name: str
     fpgas: tuple
@@ -193,6 +219,11 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Description:
+    """A parsed and validated cluster description (:func:`load`, :func:`parse`): its
+    ``name``, packet ``data_bits`` (64 or 512), the :class:`Cluster` ``clusters``, the file
+    ``path`` it came from (None: parsed from an object), ``sequence_length`` (M of the compute
+    kernels inside the tops; 0: the default) and where the compute kernels go, ``kernels``
+    (``"inside"`` or ``"external"``)."""
     name: str
     data_bits: int
     clusters: tuple

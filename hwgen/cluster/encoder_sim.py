@@ -142,6 +142,9 @@ def sentence_rows(text, tokens):
 
 
 def check_options(*, tokens, seed, stall, hop):
+    """Validate :func:`run`'s options, raising :class:`~hwgen.errors.ConfigError` naming the
+    option: ``tokens`` 1..4096, ``seed`` a valid seed, ``stall`` a probability, ``hop``
+    16 .. 1,000,000 cycles."""
     checks.at_least("tokens", tokens, 1, 4096)
     checks.at_least("seed", seed, 0, checks.SEED_MAX)
     checks.probability("stall", stall)

@@ -139,12 +139,16 @@ class GatewayConfig(Config):
 
     @property
     def virtual_kinds(self):
+        """The virtual GMI kernels' kinds, in kernel-id order (from ``groups``, else
+        ``virtual``)."""
         if self.groups:
             return [g[0] for g in self._groups]
         return [k.strip() for k in self.virtual.split(",") if k.strip()]
 
     @property
     def local_kernels(self):
+        """Number of local kernels reachable point to point by default: ``kernels``, or
+        ``members`` when that is 0."""
         return self.kernels or self.members
 
     @property
@@ -163,6 +167,9 @@ class GatewayConfig(Config):
         return m != list(range(m[0], m[0] + len(m)))
 
     def gmi_config(self, kind):
+        """The :class:`~hwgen.cluster.gmi.GMIConfig` of the virtual kernel ``kind``: its
+        members (ranks from 0 when remapped), kernel id, root 1 and this gateway's element,
+        width, cluster and depth parameters. Raises :class:`ConfigError` for an oversize buffer."""
         from .gmi import GMIConfig
         members = self.member_ids(kind)
         first = 0 if self.remapped(kind) else members[0]
@@ -194,6 +201,8 @@ class GatewayConfig(Config):
 
     @property
     def max_beats(self):
+        """Beats of the longest legitimate packet, :attr:`max_payload` plus the one-byte
+        GMI header; the decoder drops longer packets as too long."""
         return -(-(self.max_payload + 1) // (self.data_bits // 8))
 
     def derived(self):
@@ -264,6 +273,8 @@ class TdestRemap(wiring.Component):
 
 
 def gmi_status_name(kind, stat):
+    """Name of the gateway's status output of GMI kernel ``kind``'s counter ``stat``
+    (``status_<kind>_<stat>``, e.g. ``status_gather_drop_source``)."""
     return f"status_{kind}_{stat}"
 
 
@@ -444,6 +455,11 @@ class GatewayModel(StreamModel):
 
     @staticmethod
     def golden(config, stim):
+        """``(packets, counts)`` for the stimulus beats: ``packets`` maps ``o_pkt`` to the
+        point-to-point packets the decoder passes (header stripped) and ``o_<kind>`` to what each
+        virtual kernel sends (:meth:`GatewayConfig.collective`); ``counts`` holds the decoder's
+        ``delivered`` and drop counts (:func:`~hwgen.cluster.traffic.filter_golden`) and every
+        kind's ``<kind>_drop_*`` GMI counters (0 for kinds not configured)."""
         c = config
         known = set(c.local_list) | set(c.virtual_ids.values())
 

@@ -51,6 +51,12 @@ MAX_BUFFER_BITS = 1 << 22
 
 @dataclass(frozen=True)
 class GMIConfig(Config):
+    """Configuration of a GMI collective kernel (:class:`Broadcast`, :class:`Scatter`,
+    :class:`Gather`, :class:`Reduce`; one configuration serves all four): the group
+    (``members`` kernel ids from ``first_member``), the message size (``length`` elements of
+    ``elem_bits``), the reduce ``op``, the packet width ``data_bits``, the ids the kernel
+    sends with (``kernel_id``, ``cluster_id``, ``root``) and the rounds it buffers
+    (``depth``)."""
     members: int = param(4, "group size: member kernel ids first_member .. first_member + "
                          "members - 1 (MPI ranks 0 .. members - 1)", lo=1, hi=255)
     length: int = param(16, "elements per member message (scatter's input is members * "
@@ -83,6 +89,8 @@ class GMIConfig(Config):
 
     @property
     def member_ids(self):
+        """Kernel ids of the members in rank order (``first_member .. first_member + members
+        - 1``)."""
         return list(range(self.first_member, self.first_member + self.members))
 
     @property
@@ -106,6 +114,8 @@ class GMIConfig(Config):
                 "out_packets": M if kind in ("broadcast", "scatter") else 1, "rows": rows}
 
     def buffer_bits(self, kind):
+        """Bits of round buffer that kernel ``kind`` needs: ``depth`` rounds of
+        ``geometry(kind)["rows"]`` words of ``data_bits``."""
         return self.depth * self.geometry(kind)["rows"] * self.data_bits
 
     def round_cycles(self, kind):
@@ -604,6 +614,9 @@ class _GMIModel(StreamModel):
 
     @classmethod
     def golden(cls, config, stim):
+        """``(packets sent, status counters)`` of
+        :func:`hwgen.cluster.golden.collective_stream` for this model's ``kind`` over the
+        stimulus packets; the counters include ``rounds`` (rounds completed)."""
         return golden.collective_stream(cls.kind, config, stim["packets"])
 
     @classmethod
@@ -643,18 +656,26 @@ class _GMIModel(StreamModel):
 
 
 class BroadcastModel(_GMIModel):
+    """Stream model of :class:`Broadcast` for ``hwgen sim``; the item is one round (the
+    stimulus, drops and status check are those of the shared GMI model)."""
     kind = "broadcast"
 
 
 class ScatterModel(_GMIModel):
+    """Stream model of :class:`Scatter` for ``hwgen sim``; the item is one round (the
+    stimulus, drops and status check are those of the shared GMI model)."""
     kind = "scatter"
 
 
 class GatherModel(_GMIModel):
+    """Stream model of :class:`Gather` for ``hwgen sim``; the item is one round (the
+    stimulus, drops and status check are those of the shared GMI model)."""
     kind = "gather"
 
 
 class ReduceModel(_GMIModel):
+    """Stream model of :class:`Reduce` for ``hwgen sim``; the item is one round (the
+    stimulus, drops and status check are those of the shared GMI model)."""
     kind = "reduce"
 
 

@@ -186,6 +186,9 @@ class GMIHeader(wiring.Component):
 
 
 def random_packet(rng, length, dests, srcs=range(256), **kw):
+    """A random :class:`~hwgen.cluster.packet.Packet` to one of ``dests`` from one of
+    ``srcs`` with a payload of 1 .. ``length`` random bytes; ``kw`` go to ``Packet``
+    (``inter_cluster``, ``src_cluster``)."""
     n = int(rng.integers(1, length, endpoint=True))
     return Packet(int(rng.choice(list(dests))), int(rng.choice(list(srcs))),
                   rng.integers(0, 256, n, dtype=np.uint8).tobytes(), **kw)

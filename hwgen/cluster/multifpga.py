@@ -60,6 +60,10 @@ __all__ = ["FPGARun", "prepare", "traffic", "golden", "simulate", "compare", "ru
 
 @dataclass
 class FPGARun:
+    """One FPGA prepared for simulation (:func:`prepare`): its cluster ``plan`` and
+    description ``fpga``, top name ``top``, Verilator ``build_dir``, the top's ``ports``
+    (``ports.json``), its router configuration beats ``cfg_beats``, the ``external`` compute
+    kernels (packet ports of the top) and its :class:`~hwgen.cluster.plan.FPGAPlan`."""
     plan: object
     fpga: object
     top: str
@@ -71,6 +75,7 @@ class FPGARun:
 
     @property
     def address(self):
+        """The FPGA's node address: its IPv4 address as a 32-bit integer."""
         return int(ipaddress.IPv4Address(self.fpga.ip))
 
 

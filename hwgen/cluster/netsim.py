@@ -121,6 +121,8 @@ class NetworkHub:
 
     @property
     def host_complete(self):
+        """Whether the host has received all the ``expect_frames`` frames it waits for (False
+        without a host or with ``expect_frames`` 0)."""
         return self.host is not None and self.host.expect_frames > 0 and \
             len(self.host_received) >= self.host.expect_frames
 
@@ -129,10 +131,12 @@ class NetworkHub:
         self.stop_requested = True
 
     def start(self):
+        """Start the forwarding thread; returns the hub."""
         self._thread.start()
         return self
 
     def stop(self):
+        """Stop the forwarding thread (waiting up to 2 s for it) and close the socket."""
         self._stop.set()
         self._thread.join(2)
         self.sock.close()
@@ -210,6 +214,9 @@ class NetworkHub:
                                          self.endpoints[int(record["dst"])], raw))
 
     def stats(self):
+        """Summary counts: datagrams ``forwarded`` and ``dropped``, the last released lock-step
+        ``cycle``, ``host_frames`` received, datagrams held for nodes that never said hello
+        (``unknown_destination``), ``nodes`` registered, and the ``latency_s`` and ``loss`` used."""
         return {"forwarded": len(self.forwarded), "dropped": len(self.dropped),
                 "cycle": self.cycle, "host_frames": len(self.host_received),
                 "unknown_destination": sum(map(len, self.pending.values())),

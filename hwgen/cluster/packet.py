@@ -68,10 +68,13 @@ class Packet:
 
     @property
     def user(self):
+        """TUSER of the packet's beats: the inter-cluster flag in bit 16, the source cluster
+        in bits 15:8."""
         return (int(self.inter_cluster) << INTER_CLUSTER_BIT) | \
             (self.src_cluster << SRC_CLUSTER_SHIFT)
 
     def beats(self, data_bits):
+        """The packet's beats on a ``data_bits`` stream (:func:`to_beats`)."""
         return to_beats(self, data_bits)
 
 

@@ -69,6 +69,8 @@ class RouterConfig(Config):
 
     @property
     def max_beats(self):
+        """Beats of the longest packet accepted (``length`` bytes at ``data_bits``); longer
+        ones are dropped as too long."""
         return -(-self.length // (self.data_bits // 8))
 
     def check(self):
@@ -212,6 +214,10 @@ class RouterModel(StreamModel):
 
     @staticmethod
     def tables(config, rng):
+        """Random routing tables ``(ktab, ctab)``, each ``{id: node address}`` over four nodes
+        (``node_address`` and three of 10.0.0.2 .. 10.0.0.15): kernel ids 0 .. ``members - 1``
+        (kernel 0 always remote) and cluster ids 0 .. ``clusters - 1`` (cluster 0 this node,
+        the others remote), about one entry in eight left out (invalid)."""
         c = config
         nodes = [c.node_address] + [int(a) for a in rng.choice(
             [a for a in range(0x0A000002, 0x0A000010) if a != c.node_address], 3,
@@ -269,6 +275,9 @@ class RouterModel(StreamModel):
 
     @staticmethod
     def golden(config, stim):
+        """``(passed, counts)`` of :func:`~hwgen.cluster.traffic.filter_golden` over the
+        stimulus beats, the destination node looked up in ``ctab`` for inter-cluster packets and in
+        ``ktab`` otherwise (the node address is each passed packet's ``info``)."""
         c = config
 
         def lookup(head):

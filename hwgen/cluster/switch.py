@@ -67,6 +67,8 @@ class SwitchConfig(Config):
 
     @property
     def route_map(self):
+        """``{kernel id: output port}``: the parsed ``routes``, or ``id % outputs`` for every id
+        0..255 when ``routes`` is empty."""
         return parse_map(self.routes) if self.routes else \
             {k: k % self.outputs for k in range(256)}
 

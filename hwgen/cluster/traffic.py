@@ -105,6 +105,9 @@ def filter_golden(beats, data_bits, max_beats, lookup):
 
 
 def sample_signals():
+    """Names of a :class:`~hwgen.cluster.switch.PacketFilter`'s counter outputs
+    (``status_delivered`` and one drop counter per kind of
+    :data:`~hwgen.cluster.switch.DROP_KINDS`), for a model's ``sample_signals``."""
     return ("status_delivered",) + tuple(status_name(k) for k in DROP_KINDS)
 
 
@@ -130,6 +133,7 @@ def counter_report(expected_counts, summary, samples, names=None):
 
 
 def random_payload(rng, lo, hi):
+    """``lo`` .. ``hi`` (inclusive) random bytes, the length drawn uniformly."""
     return rng.integers(0, 256, int(rng.integers(lo, hi, endpoint=True)),
                         dtype=np.uint8).tobytes()
 
