@@ -237,6 +237,8 @@ class Coordinator:
                             seconds=time.monotonic() - start)
 
     def close(self):
+        """Close the connection to every node (waiting up to ``timeout`` seconds for a search in
+        flight on it) and cancel queued requests."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         for link in self._links:
             if link.lock.acquire(timeout=self.timeout):

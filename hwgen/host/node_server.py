@@ -179,16 +179,20 @@ class NodeService:
     # -- counters ------------------------------------------------------------------------------
 
     def count(self, name, delta=1):
+        """Add ``delta`` to the counter ``name`` of :attr:`counts`."""
         with self._lock:
             self.counts[name] += delta
 
     def count_error(self, kind):
+        """Count one error of ``kind`` (the total and the per-kind counter)."""
         with self._lock:
             self.counts["errors"] += 1
             by = self.counts["errors_by_kind"]
             by[kind] = by.get(kind, 0) + 1
 
     def stats(self):
+        """A copy of the counters, plus ``inflight_bytes`` (request bytes the server holds now) and
+        the ``limits`` in force: the node's answer to a ``stats`` request."""
         with self._lock:
             out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.counts.items()}
         out["inflight_bytes"] = self.inflight() if self.inflight else 0
@@ -489,6 +493,7 @@ class NodeServer:
 
     @property
     def port(self):
+        """The TCP port the server listens on (the one chosen when it was asked for port 0)."""
         return self.server_address[1]
 
     def __enter__(self):
@@ -498,6 +503,7 @@ class NodeServer:
         self.server_close()
 
     def serve_forever(self):
+        """Serve connections on an asyncio event loop in this thread until :meth:`shutdown`."""
         asyncio.run(self._serve())
 
     def shutdown(self):
@@ -506,6 +512,7 @@ class NodeServer:
         self._loop.call_soon_threadsafe(self._stop.set)
 
     def server_close(self):
+        """Close the listening socket and cancel RTL-backend searches not yet started."""
         self.socket.close()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -619,6 +626,9 @@ def _positive(kind):
 
 
 def main(argv=None):
+    """``python -m hwgen.host.node_server SHARD``: serve one shard until killed; prints ``listening
+    on PORT`` once the socket listens. Returns the exit status: 0, 2 for a bad shard or port (one
+    ``node_server: error:`` line on stderr), 130 on Ctrl-C."""
     parser = _Parser(prog="node_server", description="Serve one ChamVS node shard over TCP.")
     parser.add_argument("shard", help=".npz shard (hwgen chamvs shard)")
     parser.add_argument("--port", type=_port, default=0, help="TCP port, 0 = any free one")

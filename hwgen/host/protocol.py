@@ -64,6 +64,7 @@ def encode_message(obj, max_size=MAX_MESSAGE):
 
 
 def send_message(sock, obj):
+    """Send ``obj`` as one length-prefixed message (:func:`encode_message`) on ``sock``."""
     sock.sendall(encode_message(obj))
 
 

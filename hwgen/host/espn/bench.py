@@ -52,6 +52,7 @@ def _log(message, quiet=False):
 
 
 def percentiles(values_ms):
+    """``{"p50", "p99", "mean"}`` of latencies in milliseconds, rounded to 0.001 ms."""
     v = np.asarray(values_ms, float)
     return {"p50": round(float(np.percentile(v, 50)), 3),
             "p99": round(float(np.percentile(v, 99)), 3), "mean": round(float(v.mean()), 3)}

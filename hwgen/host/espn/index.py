@@ -193,10 +193,13 @@ class Index:
                               "rebuild it")
 
     def encoder(self, threads=None, model=None):
+        """A :class:`~hwgen.host.espn.encoder.TokenEncoder` with this index's dimension and fitted
+        projection (``model``: a MiniLM already loaded, else a new one with ``threads`` threads)."""
         return TokenEncoder(self.dim, threads=threads, mean=self.mean,
                             components=self.components, model=model)
 
     def passages(self):
+        """The indexed passages (the dicts of ``passages.jsonl``), in document order."""
         with open(self.folder / "passages.jsonl", encoding="utf-8") as f:
             return [json.loads(line) for line in f]
 

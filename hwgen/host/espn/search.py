@@ -100,6 +100,8 @@ class Result:
 
     @property
     def hit_rate(self):
+        """Fraction of the re-ranked final candidates that the prefetch had already read (NaN when
+        none was re-ranked)."""
         reranked = self.hits + self.missed
         return self.hits / reranked if reranked else float("nan")
 

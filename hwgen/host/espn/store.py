@@ -70,6 +70,8 @@ class StoreWriter:
         self._at += size
 
     def close(self):
+        """Flush and fsync the file and close it; returns ``(offsets int64, ntokens int32)``, the
+        offset table of the documents added."""
         self._f.flush()
         os.fsync(self._f.fileno())
         self._f.close()
@@ -160,6 +162,7 @@ class MmapStore(_Store):
         return out
 
     def close(self):
+        """Unmap the file and close its descriptor."""
         self._map.close()
         os.close(self._fd)
 
@@ -191,9 +194,12 @@ class Fetch:
             self._results[doc] = tokens          # one key per document: no lock needed
 
     def done(self):
+        """Whether every read has finished (or failed); does not block."""
         return all(f.done() for f in self._futures)
 
     def wait(self):
+        """Block until every document has arrived; ``{doc: float16 (n, dim)}``. Re-raises the error
+        of a failed read."""
         for f in self._futures:
             f.result()
         return dict(self._results)
@@ -252,6 +258,7 @@ class DirectStore(_Store):
         return self.submit(docs, urgent=True).wait()
 
     def close(self):
+        """Wait for the reads in flight, stop both thread pools and close the file."""
         self._pool.shutdown(wait=True)
         self._urgent.shutdown(wait=True)
         os.close(self._fd)

@@ -51,6 +51,8 @@ class Settings:
     backend: str = "golden"
 
     def check(self):
+        """Validate the settings; returns ``self``, or raises :class:`~hwgen.errors.ConfigError`
+        naming the first bad one."""
         for name in ("max_tokens", "heldout_every", "eval_tokens", "nodes", "nlist", "nprobe",
                      "k"):
             v = getattr(self, name)

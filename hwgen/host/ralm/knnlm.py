@@ -60,6 +60,8 @@ class Datastore:
     sources: list
 
     def save(self, path):
+        """Write the datastore to ``path`` (one ``.npz``; written to a temporary file, then
+        renamed)."""
         path = Path(path)
         tmp = path.with_suffix(".tmp.npz")
         np.savez(tmp, keys=self.keys, values=self.values, passage=self.passage,
@@ -69,6 +71,7 @@ class Datastore:
 
     @classmethod
     def load(cls, path):
+        """The datastore :meth:`save` wrote to ``path``."""
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes().decode())
             return cls(z["keys"], z["values"], z["passage"], meta["texts"], meta["sources"])
@@ -204,6 +207,8 @@ class Retriever:
         return [NodeService(*load_shard(p)) for p in self.shard_paths]
 
     def search(self, states):
+        """The ``k`` nearest datastore entries of float ``states`` ``(q, dim)``: ``(distances, ids,
+        result)`` as described in the class docstring (missing entries: distance ``inf``, id -1)."""
         ints, probes = self.encode(states)
         k = self.config.k
         result = self.coordinator.search(ints, probes, k)
@@ -220,6 +225,7 @@ class Retriever:
         self.procs[n].wait()
 
     def close(self):
+        """Close the coordinator and stop the node processes (terminate, then kill after 5 s)."""
         if getattr(self, "coordinator", None) is not None:
             self.coordinator.close()
         for p in self.procs:
@@ -299,4 +305,5 @@ def interpolate(p_lm, p_knn, lam):
 
 
 def cache_key(*parts):
+    """A 12-hex-digit digest of ``parts`` (JSON, keys sorted): names a cached datastore or index."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -81,6 +81,7 @@ class LlamaConfig:
 
     @property
     def head_dim(self):
+        """Dimension of one attention head: ``dim / heads``."""
         return self.dim // self.heads
 
 
@@ -140,6 +141,7 @@ class Llama:
             [c.rope_base ** (-2.0 * i / c.head_dim) for i in range(half)], dtype=torch.float64)
 
     def new_cache(self):
+        """An empty :class:`KVCache` for a new sequence."""
         return KVCache(self.config)
 
     def _rope(self, x, positions):
@@ -234,9 +236,11 @@ class Tokenizer:
         self.eos = eos
 
     def encode(self, text):
+        """Token ids of ``text`` (no BOS or other special token added)."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids):
+        """The text of token ``ids`` (control tokens kept)."""
         return self._tok.decode(list(map(int, ids)), skip_special_tokens=False)
 
 

@@ -48,6 +48,7 @@ class Profiler:
         return worst
 
     def close(self):
+        """Close the queue and stop the role's instances (waiting up to 30 s for each runner)."""
         self.queue.close()
         stop_runners(self.runners, 30)
 

@@ -42,6 +42,7 @@ class Request:
 
     @property
     def size(self):
+        """Texts in the request."""
         return len(self.texts)
 
 
@@ -156,6 +157,8 @@ class DeviceQueue:
             return True
 
     def snapshot(self):
+        """The queue's state for ``/health``: depth and occupancy (texts), waiting requests and the
+        request counters (accepted, completed, requeued, failed)."""
         with self._cond:
             return {"depth": self.depth, "occupancy": self._occupancy(),
                     "waiting": len(self._waiting), "accepted": self.accepted,
@@ -178,6 +181,7 @@ class QueueManager:
 
     @property
     def queues(self):
+        """The queues in use: the main one, then the CPU one if there is one."""
         return [q for q in (self.main, self.cpu) if q is not None]
 
     def largest_request(self):
@@ -197,5 +201,6 @@ class QueueManager:
         return BUSY
 
     def close(self):
+        """Close every queue (see :meth:`DeviceQueue.close`)."""
         for q in self.queues:
             q.close()

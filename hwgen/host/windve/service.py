@@ -125,6 +125,8 @@ class EmbeddingService:
         stop_runners(self.runners, timeout)
 
     def health(self):
+        """The ``/health`` answer: status (``ok`` or ``draining``), model, queue snapshots, rejected
+        requests and each instance's device, threads, process id, restarts and liveness."""
         return {"status": "draining" if self.draining else "ok",
                 "model": MODEL_NAME,
                 "heterogeneous": self.manager.heterogeneous,
@@ -139,6 +141,8 @@ class EmbeddingService:
                               for r in self.runners]}
 
     def metrics_text(self):
+        """The ``/metrics`` answer: the Prometheus text exposition (bytes), with the queues'
+        occupancy and requeue gauges refreshed first."""
         m = self.metrics
         for q in self.manager.queues:
             snap = q.snapshot()

@@ -97,6 +97,7 @@ class InstanceWorker:
 
     @property
     def pid(self):
+        """The worker process's id; None before :meth:`start`."""
         return self.process.pid if self.process else None
 
     def embed(self, texts):
@@ -112,6 +113,7 @@ class InstanceWorker:
         return np.asarray(value, dtype=np.float32)
 
     def stop(self, timeout=5.0):
+        """Ask the worker process to exit and wait up to ``timeout`` seconds, then kill it."""
         if self.process is None:
             return
         try:
@@ -123,6 +125,7 @@ class InstanceWorker:
             self.kill()
 
     def kill(self):
+        """Kill the worker process if it is alive and reap it."""
         if self.process is not None and self.process.is_alive():
             self.process.kill()
             self.process.join(5)
