@@ -28,6 +28,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..boards import board_names
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
@@ -120,6 +121,10 @@ def output_beat_times(placement, tables, lanes, out_beats, memory_latency=None):
 
 @dataclass(frozen=True)
 class EmbeddingConfig(Config):
+    """Configuration of the embedding lookup unit (:class:`Embedding`): the synthetic model's shape
+    (tables, dimensions, rows, dense features, element bits, seed), the board and the caps of the
+    table placement on it (on-chip bytes, HBM and DDR channels), the output beat width (``lanes``),
+    out-of-range index handling and the inferences in flight."""
     tables: int = param(13, "embedding tables of the synthetic model", lo=1, hi=256)
     dim_min: int = param(1, "smallest table dimension (elements per row)", lo=1, hi=64)
     dim_max: int = param(20, "largest table dimension", lo=1, hi=64)
@@ -164,12 +169,16 @@ class EmbeddingConfig(Config):
 
     @cached_property
     def rec_model(self):
+        """The :class:`~hwgen.recsys.model.RecModel` whose tables are looked up: the synthetic model
+        of :func:`synthetic_model` (computed once)."""
         return synthetic_model(self.tables, dim_min=self.dim_min, dim_max=self.dim_max,
                                rows_max=self.rows_max, dense=self.dense,
                                elem_bits=self.elem_bits, seed=self.model_seed)
 
     @cached_property
     def placement(self):
+        """The tables' :class:`~hwgen.recsys.placement.Placement` on ``board`` under the configured
+        caps (computed once; ConfigError when the tables do not fit)."""
         return place(self.rec_model, self.board, onchip_bytes=_cap(self.onchip_bytes),
                      hbm_channels=_cap(self.hbm_channels), ddr_channels=_cap(self.ddr_channels),
                      hbm_table_max_bytes=_cap(self.hbm_table_max_bytes))
@@ -187,6 +196,7 @@ class EmbeddingConfig(Config):
 
     @property
     def concat_len(self):
+        """Elements per inference on the output: the tables' dimensions plus the dense features."""
         return self.rec_model.concat_len
 
     @property
@@ -207,12 +217,16 @@ class EmbeddingConfig(Config):
     # -- stream layouts ------------------------------------------------------------------------
 
     def query_layout(self):
+        """Payload of ``i_query``: ``indices`` (one unsigned ``index_bits`` index per table) and,
+        when ``dense`` > 0, ``dense`` (signed ``elem_bits`` features)."""
         fields = {"indices": data.ArrayLayout(unsigned(self.index_bits), self.tables)}
         if self.dense:
             fields["dense"] = data.ArrayLayout(signed(self.elem_bits), self.dense)
         return data.StructLayout(fields)
 
     def output_layout(self):
+        """Payload of ``o_emb``: ``elem`` (``lanes`` signed ``elem_bits`` elements), ``error`` when
+        ``oob`` is ``flag``, and ``last``."""
         fields = {"elem": data.ArrayLayout(signed(self.elem_bits), self.lanes)}
         if self.oob == "flag":
             fields["error"] = unsigned(1)
@@ -221,7 +235,14 @@ class EmbeddingConfig(Config):
 
     # -- reports -------------------------------------------------------------------------------
 
-    def performance(self, items=None, memory_latency=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        items: int = None     # inferences back to back
+        # cycles from an AR handshake to the first R beat (None: the placement's model)
+        memory_latency: int = None
+
+    def cycle_model(self, workload):
         """Cycle model at full input rate and an always-ready output (``--stall 0``).
 
         ``memory_latency`` ``L``: cycles from an AR handshake to the first R beat (default: the
@@ -243,6 +264,7 @@ class EmbeddingConfig(Config):
         t_{B-1} + (items - 1) * initiation_interval + 1`` from the first query to the last
         output beat (``hwgen sim``'s ``cycles``; exact unless credit-bound).
         """
+        items, memory_latency = workload.items, workload.memory_latency
         times, memory_latency = output_beat_times(self.placement, self.rec_model.tables,
                                                   self.lanes, self.out_beats, memory_latency)
         credit = times[-1] / self.inflight
@@ -254,6 +276,11 @@ class EmbeddingConfig(Config):
         if items:
             out["cycles"] = times[-1] + (items - 1) * interval + 1
         return out
+
+    def memory_banks(self):
+        """``{read master member: Vitis bank}`` of the off-chip channels (``{"m_axi_hbm3":
+        "HBM[3]"}``): where a kernel shell must connect each master (``sp=`` lines)."""
+        return {ch.port: ch.bank for ch in self.placement.channels}
 
     def derived(self):
         p = self.placement
@@ -358,12 +385,6 @@ class Embedding(wiring.Component):
         for ch in c.placement.channels:
             members[ch.port] = Out(AXI4Signature(ADDR_BITS, ch.data_bits, write=False))
         super().__init__(members)
-
-    @property
-    def memory_banks(self):
-        """``{read master member: Vitis bank}`` of the off-chip channels (``{"m_axi_hbm3":
-        "HBM[3]"}``): where a kernel shell must connect each master (``sp=`` lines)."""
-        return {ch.port: ch.bank for ch in self.config.placement.channels}
 
     def elaborate(self, platform):
         c = self.config
@@ -656,7 +677,8 @@ class EmbeddingModel(StreamModel):
 
     @staticmethod
     def cycles_bound(config, stim):
-        perf = config.performance(len(stim["indices"]), memory_latency=50)
+        perf = config.performance(
+            config.workload(items=len(stim["indices"]), memory_latency=50))
         return perf["cycles"] + 100
 
 

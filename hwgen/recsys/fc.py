@@ -26,6 +26,7 @@ from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
@@ -38,6 +39,9 @@ __all__ = ["FCConfig", "FC", "FCModel", "TEST_CONFIGS", "input_layout", "output_
 
 @dataclass(frozen=True)
 class FCConfig(Config):
+    """Configuration of the fully-connected layer :class:`FC`: the layer's shape (``in_dim`` ->
+    ``out_dim``), the PE array (``pes`` x ``mults``), the number formats (weights, activations,
+    requantised outputs, shift, ReLU), the stream width (``lanes``) and the seed of the weights."""
     in_dim: int = param(64, "input vector length (columns of W)", lo=1, hi=4096)
     out_dim: int = param(32, "output vector length (rows of W)", lo=1, hi=4096)
     pes: int = param(8, "PEs; PE p computes output rows p, p + pes, ... (at most out_dim)",
@@ -78,18 +82,23 @@ class FCConfig(Config):
 
     @property
     def in_beats(self):
+        """Input beats per inference: ``ceil(in_dim / lanes)``."""
         return ceil_div(self.in_dim, self.lanes)
 
     @property
     def out_beats(self):
+        """Output beats per inference: ``ceil(out_dim / lanes)``."""
         return ceil_div(self.out_dim, self.lanes)
 
     @property
     def result_bits(self):
+        """Bits of an output element: ``out_bits``, or the 32-bit accumulator when it is 0."""
         return self.out_bits or golden.ACC_BITS
 
     @property
     def tree_latency(self):
+        """Pipeline stages (cycles) of a PE's adder tree over ``mults`` products:
+        ``ceil(log2(mults))``."""
         return (self.mults - 1).bit_length()
 
     @property
@@ -169,7 +178,12 @@ class FCConfig(Config):
             (starts[-1] - starts[0]) / max(n - 1, 1)
         return {"starts": starts, "takes": takes, "interval": interval}
 
-    def performance(self, inferences=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        inferences: int = None     # inferences back to back
+
+    def cycle_model(self, workload):
         """Cycle model at full input rate and an always-ready output (``hwgen sim --stall 0``).
 
         An inference's vector loads in ``in_beats`` cycles; its compute starts in the cycle
@@ -186,6 +200,7 @@ class FCConfig(Config):
         measures), ``cycles_single`` (one inference: first input beat to last output beat),
         ``macs_per_cycle``; with ``inferences``, ``cycles`` for that many back to back.
         """
+        inferences = workload.inferences
         n = max(inferences or 0, 48)
         sched = self._schedule(n, self.out_banks)
         single = self._schedule(1, self.out_banks)
@@ -215,11 +230,15 @@ class FCConfig(Config):
 
 
 def input_layout(config):
+    """Payload of :class:`FC`'s ``i_x``: ``x`` (``lanes`` signed ``act_bits`` elements) and
+    ``last``."""
     return data.StructLayout({"x": data.ArrayLayout(signed(config.act_bits), config.lanes),
                               "last": 1})
 
 
 def output_layout(config):
+    """Payload of :class:`FC`'s ``o_y``: ``y`` (``lanes`` signed ``result_bits`` elements) and
+    ``last``."""
     return data.StructLayout({"y": data.ArrayLayout(signed(config.result_bits), config.lanes),
                               "last": 1})
 
@@ -471,6 +490,8 @@ class FCModel(StreamModel):
 
     @classmethod
     def vector(cls, kind, n, bits, rng):
+        """One input vector of ``kind`` (one of :attr:`KINDS`): ``n`` signed ``bits``-bit values
+        (int64), random ones drawn from ``rng``."""
         lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
         if kind == "min":
             return np.full(n, lo, dtype=np.int64)
@@ -511,6 +532,9 @@ class FCModel(StreamModel):
 
     @staticmethod
     def golden(config, x):
+        """The layer's outputs for input vectors ``x`` (``(items, in_dim)``):
+        :func:`hwgen.recsys.golden.fc_layer` with the config's ``parameters``, ``relu``, ``shift``
+        and ``out_bits``."""
         c = config
         w, b = c.parameters
         return golden.fc_layer(x, w, b, relu=c.relu, shift=c.shift, out_bits=c.out_bits)

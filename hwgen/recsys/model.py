@@ -27,6 +27,7 @@ class Table:
     dim: int
 
     def bytes(self, elem_bits):
+        """Bytes of the table's contents at ``elem_bits`` bits per element (no row padding)."""
         return self.rows * self.dim * elem_bits // 8
 
 
@@ -89,10 +90,12 @@ class RecModel:
 
     @property
     def elem_bits(self):
+        """Bits of a table element and of a dense feature: ``act_bits[0]``."""
         return self.act_bits[0]
 
     @property
     def concat_len(self):
+        """Length of the first layer's input: the tables' dimensions plus the dense features."""
         return sum(t.dim for t in self.tables) + self.dense
 
     @property
@@ -103,15 +106,19 @@ class RecModel:
 
     @property
     def table_bytes(self):
+        """Bytes of all the tables' contents (no row padding)."""
         return sum(t.bytes(self.elem_bits) for t in self.tables)
 
     def to_dict(self):
+        """JSON form: the fields, ``tables`` as ``[[rows, dim], ...]``."""
         d = asdict(self)
         d["tables"] = [[t.rows, t.dim] for t in self.tables]
         return d
 
     @classmethod
     def from_dict(cls, d):
+        """Inverse of :meth:`to_dict`; a :class:`~hwgen.errors.ConfigError` names an unknown,
+        missing or mistyped field."""
         if not isinstance(d, dict):
             raise ConfigError("model", "must be a JSON object of model fields")
         known = {f for f in cls.__dataclass_fields__}
@@ -147,10 +154,12 @@ class RecModel:
 
     @classmethod
     def from_json(cls, path):
+        """The model described by the JSON file ``path`` (:meth:`from_dict`)."""
         from ..checks import read_json
         return cls.from_dict(read_json(path, "model"))
 
     def to_json(self, path):
+        """Write :meth:`to_dict` to the JSON file ``path``."""
         with open(path, "w") as f:
             json.dump(self.to_dict(), f, indent=1)
 
@@ -206,6 +215,8 @@ PRESETS = {"paper-ctr": paper_ctr, "small-ctr": small_ctr, "cluster-ctr": cluste
 
 
 def preset(name):
+    """A fresh :class:`RecModel` of preset ``name`` (a key of :data:`PRESETS`); ConfigError naming
+    the choices otherwise."""
     try:
         return PRESETS[name]()
     except KeyError:

@@ -79,6 +79,7 @@ class Network:
         checks.positive("clock_mhz", self.clock_mhz)
 
     def serialise_ns(self, nbytes):
+        """Nanoseconds to put ``nbytes`` bytes on a link of ``gbps`` Gb/s."""
         return nbytes * 8 / self.gbps
 
 
@@ -119,6 +120,7 @@ class ClusterPlan:
 
     @property
     def nodes(self):
+        """Number of nodes."""
         return len(self.configs)
 
     def with_config(self, node, config):
@@ -129,6 +131,9 @@ class ClusterPlan:
         return replace(self, configs=configs)
 
     def to_dict(self):
+        """JSON form for reports: the model's name, nodes, PEs per layer and ratios, each node's
+        configuration and every layer's slices (nodes numbered from 1, rows as ``[first,
+        last]``)."""
         return {"model": self.model.name, "nodes": self.nodes, "dsp_per_pe": self.dsp_per_pe,
                 "layer_pes": self.partition.layer_pes, "ratios": self.partition.ratios,
                 "node_configs": [c.to_dict() for c in self.configs],

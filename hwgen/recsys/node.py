@@ -56,6 +56,9 @@ class SliceConfig(FCConfig):
 
     @cached_property
     def parameters(self):
+        """``(W, b)`` of the slice: rows ``row_start .. row_start + out_dim - 1`` of the whole
+        layer's :func:`hwgen.recsys.golden.fc_params` drawn with ``default_rng([weight_seed,
+        layer])``."""
         rows = self.layer_rows or self.out_dim
         rng = np.random.default_rng([self.weight_seed, self.layer])
         w, b = golden.fc_params(self.in_dim, rows, self.weight_bits, self.act_bits, rng)
@@ -74,6 +77,7 @@ class ModelEmbeddingConfig(EmbeddingConfig):
 
     @cached_property
     def rec_model(self):
+        """The preset's :class:`~hwgen.recsys.model.RecModel` (instead of the synthetic model)."""
         return preset(self.preset)
 
     @classmethod
@@ -109,11 +113,16 @@ def parse_slices(text):
 
 
 def format_slices(slices):
+    """Inverse of :func:`parse_slices`: ``(layer, row_start, rows, pes)`` tuples to
+    ``"layer:row_start:rows:pes,..."``."""
     return ",".join(f"{l}:{s}:{r}:{p}" for l, s, r, p in slices)
 
 
 @dataclass(frozen=True)
 class NodeConfig(Config):
+    """Configuration of one cluster node's top (:class:`NodeTop`): the model preset, whether the
+    node holds the embedding unit (and that unit's board, placement caps and inferences in flight),
+    the FC layer slices it computes, multipliers per PE and the beat width of every stream."""
     preset: str = param("cluster-ctr", "model preset (hwgen.recsys.model.PRESETS)",
                         choices=tuple(PRESETS))
     embedding: bool = param(True, "the node holds the embedding lookup unit (node 1)")
@@ -136,6 +145,7 @@ class NodeConfig(Config):
 
     @cached_property
     def rec_model(self):
+        """The preset's :class:`~hwgen.recsys.model.RecModel`."""
         return preset(self.preset)
 
     def check(self):
@@ -161,10 +171,12 @@ class NodeConfig(Config):
 
     @property
     def slice_list(self):
+        """``slices`` parsed: ``(layer, row_start, rows, pes)`` per slice held."""
         return parse_slices(self.slices)
 
     @property
     def layers(self):
+        """The layers of which the node holds a slice, in ``slices`` order."""
         return [s[0] for s in self.slice_list]
 
     def slice_config(self, layer):
@@ -183,6 +195,8 @@ class NodeConfig(Config):
 
     @cached_property
     def embedding_config(self):
+        """The :class:`ModelEmbeddingConfig` of the node's embedding unit (whether or not the node
+        holds one)."""
         return ModelEmbeddingConfig.of_model(
             self.preset, index_bits=self.index_bits,
             board=self.board, onchip_bytes=self.onchip_bytes, hbm_channels=self.hbm_channels,

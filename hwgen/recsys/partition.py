@@ -56,6 +56,7 @@ class NodePlan:
     send_bytes: int
 
     def to_dict(self):
+        """JSON form: the fields, each slice as a dict."""
         d = asdict(self)
         d["slices"] = [asdict(s) for s in self.slices]
         return d
@@ -63,6 +64,10 @@ class NodePlan:
 
 @dataclass
 class Partition:
+    """The result of :func:`partition`: the model's and board's names, one :class:`NodePlan` per
+    node, the PEs of each hidden layer (``layer_pes``), the power-of-two ``unit`` and work
+    ``ratios`` they come from, the ``problems`` that make the split infeasible (with ``blame``, the
+    option to change: ``nodes`` or ``rate``) and the embedding tables' ``placement``."""
     model: str
     board: str
     nodes: list
@@ -75,9 +80,11 @@ class Partition:
 
     @property
     def feasible(self):
+        """True when no problem was found."""
         return not self.problems
 
     def node_configs(self):
+        """Each node's plan in JSON form (:meth:`NodePlan.to_dict`)."""
         return [n.to_dict() for n in self.nodes]
 
 

@@ -157,6 +157,7 @@ class DesignPerformance:
         return self.latency_ns - self.latency_parts["network"]
 
     def to_dict(self):
+        """JSON form: the figures (``clocks_mhz``, ``latency_parts_ns``) and one dict per stage."""
         return {"model": self.model, "board": self.board, "nodes": self.nodes,
                 "clocks_mhz": list(self.clocks), "layer_pes": self.layer_pes,
                 "node_dsp": self.node_dsp, "inferences_per_s": self.inferences_per_s,

@@ -154,6 +154,7 @@ class TableSlot:
 
     @property
     def onchip(self):
+        """True when the table is in on-chip memory."""
         return self.where == "onchip"
 
 
@@ -206,6 +207,7 @@ class ChannelPlan:
 
     @property
     def word_bytes(self):
+        """Bytes of one AXI data word (``data_bits / 8``)."""
         return self.data_bits // 8
 
 
@@ -243,19 +245,24 @@ class Placement:
 
     @property
     def onchip_bytes(self):
+        """Bytes of the on-chip tables."""
         return sum(s.bytes for s in self.slots if s.onchip)
 
     def channel(self, port):
+        """The :class:`ChannelPlan` whose read master is ``port`` (``m_axi_hbm3``); KeyError if
+        none."""
         for ch in self.channels:
             if ch.port == port:
                 return ch
         raise KeyError(port)
 
     def channels_of(self, kind):
+        """The used channels of memory ``kind`` (``HBM``, ``DDR4``, ...), by index."""
         return tuple(ch for ch in self.channels if ch.kind == kind)
 
     @property
     def max_rounds(self):
+        """Most lookups per inference on one channel (0 with every table on chip)."""
         return max((ch.rounds for ch in self.channels), default=0)
 
     @property
@@ -272,6 +279,9 @@ class Placement:
         return max([ch.latency_ns for ch in self.channels] + [onchip])
 
     def to_dict(self):
+        """JSON form for reports: the figures, every used channel (tables, bytes, rounds, beats,
+        predicted rates), every table's slot, the predicted latency and rate, and the memory
+        models."""
         return {
             "model": self.model.name, "board": self.board, "clock_mhz": self.clock_mhz,
             "onchip_budget": self.onchip_budget, "onchip_tables": list(self.onchip),
