@@ -30,10 +30,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
+from ..lib.row_ports import RowKernel, RowPort
 from . import golden
 from .isqrt import IntSqrt
 from .param_files import float_array, int_array, load_arrays, with_file_digest
@@ -61,13 +63,22 @@ def layernorm_params(hidden, seed):
     return weight, bias
 
 
+def _wrap_inc(value, modulo):
+    """``value + 1`` modulo ``modulo`` (a ring index)."""
+    return Mux(value == modulo - 1, 0, value + 1)
+
+
 def _signed_bits(lo, hi):
     """Bits of the narrowest signed integer holding ``lo .. hi``."""
     return max((-lo - 1).bit_length() if lo < 0 else 0, hi.bit_length() if hi > 0 else 0) + 1
 
 
 @dataclass(frozen=True)
-class LayerNormConfig(Config):
+class LayerNormConfig(Config, RowKernel):
+    """Configuration of ``ibert-layernorm`` (:class:`LayerNorm`): the row length ``hidden``,
+    the beat width ``lanes`` (dividing ``hidden``), the input width ``in_bits``, the variance's
+    pre-shift ``shift`` and where the weight and bias come from (``param_seed`` or the
+    ``params`` file)."""
     hidden: int = param(768, "elements per row H (BERT-base: 768)", lo=1, hi=8192)
     lanes: int = param(8, "elements per stream beat (must divide hidden); a row takes "
                           "hidden / lanes cycles", lo=1, hi=64)
@@ -141,6 +152,8 @@ class LayerNormConfig(Config):
 
     @property
     def var_bits(self):
+        """Bits of the unsigned variance ``sum(((q - mean) >> shift)**2)`` (of
+        :attr:`var_max`; at least 1)."""
         return max(self.var_max.bit_length(), 1)
 
     @property
@@ -150,6 +163,7 @@ class LayerNormConfig(Config):
 
     @property
     def root_bits(self):
+        """Bits of ``isqrt(var)``: half of :attr:`sqrt_width`."""
         return self.sqrt_width // 2
 
     @property
@@ -216,11 +230,13 @@ class LayerNormConfig(Config):
 
     @property
     def bias_range(self):
+        """``(lo, hi)`` of the integer bias ``bias_int`` over the row's elements."""
         b = self.constants["bias_int"]
         return int(b.min()), int(b.max())
 
     @property
     def bias_bits(self):
+        """Bits of a signed value that holds every ``bias_int`` (:attr:`bias_range`)."""
         return _signed_bits(*self.bias_range)
 
     @property
@@ -235,12 +251,15 @@ class LayerNormConfig(Config):
 
     @property
     def out_bits(self):
+        """Bits of the signed output ``floor(y * factor / 2) + bias_int``
+        (:attr:`norm_range` plus :attr:`bias_range`)."""
         lo, hi = self.norm_range
         blo, bhi = self.bias_range
         return _signed_bits(lo + blo, hi + bhi)
 
     @property
     def sum_bits(self):
+        """Bits of the signed row sum of ``hidden`` inputs of ``in_bits``."""
         return _signed_bits(self.hidden * -(1 << (self.in_bits - 1)),
                             self.hidden * ((1 << (self.in_bits - 1)) - 1))
 
@@ -267,6 +286,8 @@ class LayerNormConfig(Config):
 
     @property
     def lane_tree_latency(self):
+        """Register stages of the adder tree summing a beat's ``lanes`` elements:
+        ``ceil(log2(lanes))``."""
         return (self.lanes - 1).bit_length()
 
     @property
@@ -302,17 +323,34 @@ class LayerNormConfig(Config):
         """Rows waiting for the output pass are complete rows in the buffer."""
         return self.buffer_depth // self.beats
 
-    def performance(self, rows=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        rows: int = None     # rows sent back to back
+
+    def cycle_model(self, workload):
         """Cycle model without stalls: ``initiation_interval`` in cycles per row, latency from
         a row's first input beat to its first output beat, and with ``rows`` back-to-back rows
         the cycles from the first input beat to the last output beat, as ``hwgen sim``
         measures them."""
+        rows = workload.rows
         latency = self.output_start + OUT_STAGES + 2
         model = {"initiation_interval": self.beats, "cycles_per_row": self.beats,
                  "latency_cycles": latency}
         if rows:
             model["cycles"] = rows * self.beats + latency
         return model
+
+    def row_ports(self):
+        """``i_row``: int(in_bits) rows of ``hidden`` on ``lanes`` lanes; ``o_row``:
+        int(out_bits)."""
+        return ([RowPort("i_row", "q", signed(self.in_bits), self.lanes, self.hidden)],
+                RowPort("o_row", "y", signed(self.out_bits), self.lanes, self.hidden))
+
+    def row_timing(self, m):
+        """:meth:`RowKernel.row_timing`: one row every ``cycles_per_row`` cycles."""
+        per = self.performance()["cycles_per_row"]
+        return self.performance(self.workload(rows=1)).cycles - per, per
 
     def derived(self):
         return {"cycles_per_row": self.beats,
@@ -386,9 +424,6 @@ class LayerNorm(wiring.Component):
         m = Module()
         lanes, beats, depth, b = c.lanes, c.beats, c.buffer_depth, c.in_bits
 
-        def wrap_inc(value, modulo):
-            return Mux(value == modulo - 1, 0, value + 1)
-
         # -- row buffer: one write port, a read port for each of the two passes ----------------
         elem = data.ArrayLayout(signed(b), lanes)
         m.submodules.buffer = buf = memory.Memory(shape=elem, depth=depth, init=[])
@@ -411,10 +446,23 @@ class LayerNorm(wiring.Component):
         first = in_beat == 0
         m.d.comb += [wr.addr.eq(wp), wr.data.eq(self.i_row.payload.q), wr.en.eq(write)]
         with m.If(write):
-            m.d.sync += [wp.eq(wrap_inc(wp, depth)), in_beat.eq(wrap_inc(in_beat, beats))]
+            m.d.sync += [wp.eq(_wrap_inc(wp, depth)), in_beat.eq(_wrap_inc(in_beat, beats))]
             with m.If(first):
                 m.d.sync += row_start.eq(wp)
 
+        row_sum, sum_valid, sum_start = self._row_sum(m, write, first, in_beat, wp, row_start)
+        mean, mean_valid, mean_start = self._mean(m, row_sum, sum_valid, sum_start)
+        var, var_valid, side, side_fifo = self._variance(m, rd_var, mean, mean_valid, mean_start)
+        factor_fifo = self._factor(m, var, var_valid)
+        self._output(m, rd_out, release, side, side_fifo, factor_fifo)
+        return m
+
+    def _row_sum(self, m, write, first, in_beat, wp, row_start):
+        """Pass 1: the sum of the row being written, reduced as it arrives (``lanes`` wide
+        adder tree, then an accumulator). Returns ``(row_sum, valid, start)``: ``valid`` is a
+        one-cycle strobe, ``start`` the row's first buffer address."""
+        c = self.config
+        beats, depth = c.beats, c.buffer_depth
         # -- pass 1: row sum --------------------------------------------------------------------
         lane_sum, tree_lat = adder_tree(m, list(self.i_row.payload.q), name="lanesum")
         assert tree_lat == c.lane_tree_latency
@@ -432,7 +480,13 @@ class LayerNorm(wiring.Component):
             m.d.sync += acc.eq(acc_next)
             with m.If(t_last):
                 m.d.sync += [row_sum.eq(acc_next), sum_start.eq(t_start)]
+        return row_sum, sum_valid, sum_start
 
+    def _mean(self, m, row_sum, sum_valid, sum_start):
+        """``mean = round_half_even(sum / H)`` by a multiplication with the reciprocal and one
+        correction step: ``MEAN_STAGES`` cycles. Returns ``(mean, valid, start)``."""
+        c = self.config
+        b = c.in_bits
         # -- mean = round_half_even(sum / H) ------------------------------------------------------
         k, hidden = c.recip_shift, c.hidden
         x_max = hidden * ((1 << b) - 1)
@@ -456,7 +510,14 @@ class LayerNorm(wiring.Component):
         m.d.sync += mean.eq(floor_mean + up)
         mean_valid = delay(m, sum_valid, MEAN_STAGES, name="mean_valid")
         mean_start = delay(m, sum_start, MEAN_STAGES, name="mean_start")
+        return mean, mean_valid, mean_start
 
+    def _variance(self, m, rd_var, mean, mean_valid, mean_start):
+        """Pass 2: rereads the row from the buffer and sums ``((q - mean) >> shift)**2``.
+        Returns ``(var, var_valid, side, side_fifo)``: the row's ``(mean, start)`` wait in
+        ``side_fifo`` (layout ``side``) for the output pass."""
+        c = self.config
+        lanes, beats, depth, b = c.lanes, c.beats, c.buffer_depth, c.in_bits
         # -- pass 2: variance of (q - mean) >> shift --------------------------------------------
         v_active = Signal()
         v_addr = Signal(range(depth))
@@ -466,7 +527,8 @@ class LayerNorm(wiring.Component):
         v_last = v_beat == beats - 1
         m.d.comb += rd_var.addr.eq(v_addr)
         with m.If(v_active):
-            m.d.sync += [v_addr.eq(wrap_inc(v_addr, depth)), v_beat.eq(wrap_inc(v_beat, beats))]
+            m.d.sync += [v_addr.eq(_wrap_inc(v_addr, depth)),
+                         v_beat.eq(_wrap_inc(v_beat, beats))]
             with m.If(v_last):
                 m.d.sync += v_active.eq(0)
         with m.If(mean_valid):          # rows are >= beats cycles apart: the pass has ended
@@ -512,7 +574,12 @@ class LayerNorm(wiring.Component):
         m.d.comb += [side_w.mean.eq(delay(m, s_mean, 1, name="var_mean")),
                      side_w.start.eq(delay(m, s_start, 1, name="var_start")),
                      side_fifo.w_data.eq(side_w), side_fifo.w_en.eq(var_valid)]
+        return var, var_valid, side, side_fifo
 
+    def _factor(self, m, var, var_valid):
+        """``factor = floor(2**(31 - shift) / isqrt(var))`` (:class:`IntSqrt`, then
+        :meth:`_reciprocal`), queued in the returned ``factor_fifo`` for the output pass."""
+        c = self.config
         # -- std and factor = floor(2**(31 - shift) / isqrt(var)) --------------------------------
         m.submodules.sqrt = sqrt = IntSqrt(c.sqrt_width)
         m.d.comb += [sqrt.i.valid.eq(var_valid), sqrt.i.payload.v.eq(var)]
@@ -521,7 +588,14 @@ class LayerNorm(wiring.Component):
         m.submodules.factor_fifo = factor_fifo = fifo.SyncFIFO(width=c.factor_bits,
                                                                depth=c.token_depth)
         m.d.comb += [factor_fifo.w_data.eq(factor), factor_fifo.w_en.eq(factor_valid)]
+        return factor_fifo
 
+    def _output(self, m, rd_out, release, side, side_fifo, factor_fifo):
+        """Pass 3: once a row's factor is queued, rereads the row and streams
+        ``floor((q - mean) * factor / 2) + bias_int`` to ``o_row`` through a credit-admitted
+        FIFO; drives ``release`` (a buffer beat is free) at each issued beat."""
+        c = self.config
+        lanes, beats, depth, b = c.lanes, c.beats, c.buffer_depth, c.in_bits
         # -- pass 3: out = floor(y * factor / 2) + bias_int ---------------------------------------
         m.submodules.out = out = CreditBuffer(row_out(lanes, c.out_bits), latency=OUT_STAGES)
         wiring.connect(m, wiring.flipped(self.o_row), out.o)
@@ -551,7 +625,8 @@ class LayerNorm(wiring.Component):
             rd_bias.addr.eq(o_beat),
         ]
         with m.If(issue):
-            m.d.sync += [o_addr.eq(wrap_inc(o_addr, depth)), o_beat.eq(wrap_inc(o_beat, beats))]
+            m.d.sync += [o_addr.eq(_wrap_inc(o_addr, depth)),
+                         o_beat.eq(_wrap_inc(o_beat, beats))]
             with m.If(o_last):
                 m.d.sync += o_active.eq(0)
         with m.If(load):
@@ -573,7 +648,6 @@ class LayerNorm(wiring.Component):
             m.d.comb += out.i.payload.y[lane].eq((prod >> 1) + bias_p)
         m.d.comb += [out.i.valid.eq(delay(m, p_valid, 2, name="oprod_valid")),
                      out.i.payload.last.eq(delay(m, p_last, 2, name="oprod_last"))]
-        return m
 
     def _reciprocal(self, m, root, valid):
         """``floor(2**(31 - shift) / root)`` (0 for ``root == 0``), restoring division with one
@@ -599,6 +673,10 @@ class LayerNorm(wiring.Component):
 
 class LayerNormModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`LayerNorm` (items are rows)."""
+
+    #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    row_fields = {"q": ("rows", "array")}
 
     result_port = "o_row"
     latency_from = "i_row"

@@ -41,17 +41,20 @@ waits for one in steady state: rows of ``L = ceil(M / lanes)`` beats flow at one
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from types import SimpleNamespace
 
 import numpy as np
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.divider import Divider, divider_cycles
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
+from ..lib.row_ports import RowKernel, RowPort
 from . import golden
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row
 
@@ -73,7 +76,11 @@ def _bits(v):
 
 
 @dataclass(frozen=True)
-class SoftmaxConfig(Config):
+class SoftmaxConfig(Config, RowKernel):
+    """Configuration of ``ibert-softmax`` (:class:`Softmax`): the input scale ``scale`` and
+    width ``in_bits``, the i-exp activation scale ``act_scale``, the output precision
+    ``output_bits``, the longest row ``max_len``, the beat width ``lanes`` and the reciprocal
+    divider's quotient bits per cycle ``div_bits_per_cycle``."""
     scale: float = param(0.005, "scale of the input integers (attention scores Q.K^T / "
                                 "sqrt(64) of INT8 Q, K with scales ~0.2: 0.2 * 0.2 / 8)",
                          lo=1e-9, hi=1e9)
@@ -119,6 +126,7 @@ class SoftmaxConfig(Config):
 
     @property
     def dyadic(self):
+        """``(m, e)``: the dyadic multiplier of ``1 / act`` that turns ``z`` into ``e16``."""
         return self.constants["dyadic"]
 
     @property
@@ -133,6 +141,7 @@ class SoftmaxConfig(Config):
 
     @property
     def qq_max(self):
+        """Largest quotient ``qq = floor(a / d)`` the input width allows (at most 30)."""
         return self.a_max // self.divisor
 
     @property
@@ -150,6 +159,7 @@ class SoftmaxConfig(Config):
 
     @property
     def t_max(self):
+        """Largest product ``z * m`` before the requantisation shift (must stay below 2**63)."""
         return self.z_max * self.dyadic[0]
 
     @property
@@ -167,14 +177,17 @@ class SoftmaxConfig(Config):
 
     @property
     def count_bits(self):
+        """Width of the ``count`` field: enough bits for 0 .. ``lanes``."""
         return self.lanes.bit_length()
 
     @property
     def sum_bits(self):
+        """Bits of the row sum of ``e16`` values: ``max_len`` times 32767, unsigned."""
         return _bits(self.max_len * E16_MAX)
 
     @property
     def out_bits(self):
+        """Bits of an output element: ``output_bits + 1`` (values 0 .. 2**output_bits)."""
         return self.output_bits + 1
 
     @property
@@ -247,7 +260,13 @@ class SoftmaxConfig(Config):
                          "last_out": first_out + L - 1})
         return rows
 
-    def performance(self, M=None, rows=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        M: int = None     # elements per row (steady-state figures)
+        rows: tuple = None     # lengths of rows sent back to back
+
+    def cycle_model(self, workload):
         """Cycle model (no stalls).
 
         With ``M`` (elements per row): ``cycles_per_row`` in steady state,
@@ -258,6 +277,7 @@ class SoftmaxConfig(Config):
         With ``rows`` (a list of row lengths sent back to back): ``cycles`` from the first
         input beat to the last output beat, as ``hwgen sim`` measures them (:meth:`schedule`).
         """
+        M, rows = workload.M, workload.rows
         n = self.divider_cycles
         model = {"divider_period_cycles": n + 2, "exp_banks": self.exp_banks}
         if M is not None:
@@ -269,6 +289,24 @@ class SoftmaxConfig(Config):
         if rows:
             model["cycles"] = self.schedule(rows)[-1]["last_out"] + 1
         return model
+
+    def row_ports(self):
+        """``i_x``: int(in_bits) rows of up to ``max_len`` on ``lanes`` lanes; ``o_y``:
+        uint(out_bits); with more than one lane each beat counts its elements."""
+        many = self.lanes > 1
+        return ([RowPort("i_x", "q", signed(self.in_bits), self.lanes, max_row=self.max_len,
+                         count=many)],
+                RowPort("o_y", "y", unsigned(self.out_bits), self.lanes, max_row=self.max_len,
+                        count=many))
+
+    def max_tokens(self):
+        """:meth:`RowKernel.max_tokens`: ``max_len``."""
+        return self.max_len
+
+    def row_timing(self, m):
+        """:meth:`RowKernel.row_timing` for rows of ``m`` elements."""
+        p = self.performance(self.workload(M=m, rows=[m]))
+        return p["cycles"] - p["beats_per_row"], p["cycles_per_row"]
 
     def derived(self):
         k = self.constants
@@ -329,6 +367,11 @@ def _lane_mask(count, lanes):
     return Cat(*[count > k for k in range(lanes)])
 
 
+def _wrap(p, n):
+    """``p + 1`` modulo ``n`` (a ring index)."""
+    return Mux(p == n - 1, 0, p + 1)
+
+
 class Softmax(wiring.Component):
     """I-BERT integer softmax of rows of any length up to ``max_len``.
 
@@ -378,11 +421,6 @@ class Softmax(wiring.Component):
         beats = c.beats_max
         beat_bits = (beats - 1).bit_length()
         nexp = c.exp_banks
-        t_lat = c.tree_levels
-        all_lanes = (1 << lanes) - 1
-
-        def wrap(p, n):
-            return Mux(p == n - 1, 0, p + 1)
 
         # -- buffers: bank index above the beat index --------------------------------------
         raw = memory.Memory(shape=data.ArrayLayout(signed(in_bits), lanes),
@@ -406,7 +444,26 @@ class Softmax(wiring.Component):
         e_count = Array(Signal(c.count_bits, name=f"e_count{b}") for b in range(nexp))
         e_sum = Array(Signal(c.sum_bits, name=f"e_sum{b}") for b in range(nexp))
         e_factor = Array(Signal(FACTOR_BITS, name=f"e_factor{b}") for b in range(nexp))
+        bk = SimpleNamespace(
+            raw_wr=raw_wr, raw_rd=raw_rd, e_wr=e_wr, e_rd=e_rd,
+            r_busy=r_busy, r_ready=r_ready, r_max=r_max, r_last=r_last, r_count=r_count,
+            e_state=e_state, e_last=e_last, e_count=e_count, e_sum=e_sum, e_factor=e_factor)
+        self._ingest(m, bk)
+        x = self._exp_issue(m, bk)
+        self._exp_pass(m, bk, x)
+        self._divide(m, bk)
+        self._output(m, bk)
+        return m
 
+    def _ingest(self, m, bk):
+        """Ingest stage: takes ``i_x`` into the free raw bank (``r_busy``, ``r_last``,
+        ``r_count``), writes it one cycle later and reduces the row maximum through a
+        ``tree_levels`` deep tree (``r_max``, ``r_ready``)."""
+        c = self.config
+        lanes, in_bits, beats = c.lanes, c.in_bits, c.beats_max
+        t_lat, all_lanes = c.tree_levels, (1 << c.lanes) - 1
+        r_busy, r_ready, r_max = bk.r_busy, bk.r_ready, bk.r_max
+        r_last, r_count, raw_wr = bk.r_last, bk.r_count, bk.raw_wr
         # == ingest ===========================================================================
         a_bank = Signal(range(RAW_BANKS))
         a_beat = Signal(range(beats))
@@ -418,7 +475,7 @@ class Softmax(wiring.Component):
         with m.If(take):
             m.d.sync += a_beat.eq(a_beat + 1)
             with m.If(pay.last):
-                m.d.sync += [a_beat.eq(0), a_bank.eq(wrap(a_bank, RAW_BANKS)),
+                m.d.sync += [a_beat.eq(0), a_bank.eq(_wrap(a_bank, RAW_BANKS)),
                              r_busy[a_bank].eq(1), r_last[a_bank].eq(a_beat),
                              r_count[a_bank].eq(count_in)]
         # Registered beat: written to the bank and reduced to the running maximum.
@@ -449,6 +506,16 @@ class Softmax(wiring.Component):
             with m.If(mx_last):
                 m.d.sync += [r_max[mx_bank].eq(new_max), r_ready[mx_bank].eq(1)]
 
+    def _exp_issue(self, m, bk):
+        """Exp pass, issue: loads the next ready raw bank into a free exp bank (handing the
+        raw bank back to ingest) and reads it one beat per cycle; returns the side band
+        aligned with the read data, ``(valid, first, last, mask, max, e, beat)``."""
+        c = self.config
+        lanes, in_bits, beats, nexp = c.lanes, c.in_bits, c.beats_max, c.exp_banks
+        all_lanes = (1 << lanes) - 1
+        r_busy, r_ready, r_max, r_last, r_count = (bk.r_busy, bk.r_ready, bk.r_max, bk.r_last,
+                                                   bk.r_count)
+        e_state, e_last, e_count, raw_rd = bk.e_state, bk.e_last, bk.e_count, bk.raw_rd
         # == exp pass: issue ==================================================================
         b_next_raw = Signal(range(RAW_BANKS))     # next raw bank to read
         b_next_e = Signal(range(nexp))            # next exp bank to fill
@@ -476,7 +543,7 @@ class Softmax(wiring.Component):
                 b_active.eq(1), b_beat.eq(0), b_last.eq(r_last[b_next_raw]),
                 b_count.eq(r_count[b_next_raw]), b_max.eq(r_max[b_next_raw]),
                 b_raw.eq(b_next_raw), b_e.eq(b_next_e),
-                b_next_raw.eq(wrap(b_next_raw, RAW_BANKS)), b_next_e.eq(wrap(b_next_e, nexp)),
+                b_next_raw.eq(_wrap(b_next_raw, RAW_BANKS)), b_next_e.eq(_wrap(b_next_e, nexp)),
                 # The raw bank goes back to ingest now: see the module docstring.
                 r_busy[b_next_raw].eq(0), r_ready[b_next_raw].eq(0),
                 e_state[b_next_e].eq(BUSY), e_last[b_next_e].eq(r_last[b_next_raw]),
@@ -493,7 +560,16 @@ class Softmax(wiring.Component):
         m.d.sync += [x_valid.eq(b_active), x_first.eq(b_beat == 0), x_last.eq(b_fin),
                      x_mask.eq(Mux(b_fin, _lane_mask(b_count, lanes), all_lanes)),
                      x_max.eq(b_max), x_e.eq(b_e), x_beat.eq(b_beat)]
+        return x_valid, x_first, x_last, x_mask, x_max, x_e, x_beat
 
+    def _exp_pass(self, m, bk, x):
+        """Exp pass, datapath: ``e16`` per lane (``exp_stages`` cycles), written to the exp
+        bank and summed per row (``e_sum``; the bank becomes SUMMED). ``x`` is the side band
+        of :meth:`_exp_issue`."""
+        c = self.config
+        lanes, t_lat = c.lanes, c.tree_levels
+        x_valid, x_first, x_last, x_mask, x_max, x_e, x_beat = x
+        raw_rd, e_wr, e_sum, e_state = bk.raw_rd, bk.e_wr, bk.e_sum, bk.e_state
         # == exp pass: datapath per lane =========================================================
         e16 = [self._exp_lane(m, j, raw_rd.data[j], x_max) for j in range(lanes)]
         stages = c.exp_stages
@@ -521,6 +597,12 @@ class Softmax(wiring.Component):
             with m.If(sm_last):
                 m.d.sync += [e_sum[sm_e].eq(acc_next), e_state[sm_e].eq(SUMMED)]
 
+    def _divide(self, m, bk):
+        """Divide stage: ``factor = floor(2**32 / max(sum, 1))`` of each SUMMED exp bank, in
+        bank order, with the iterative :class:`~hwgen.lib.divider.Divider` (bank READY)."""
+        c = self.config
+        nexp = c.exp_banks
+        e_sum, e_state, e_factor = bk.e_sum, bk.e_state, bk.e_factor
         # == divide: factor = floor(2**32 / max(sum, 1)) ======================================
         m.submodules.divider = div = Divider(FACTOR_BITS, c.sum_bits, c.div_bits_per_cycle)
         assert div.cycles == c.divider_cycles
@@ -534,11 +616,19 @@ class Softmax(wiring.Component):
             div.o.ready.eq(1),
         ]
         with m.If(div.i.valid & div.i.ready):
-            m.d.sync += [e_state[c_in].eq(BUSY), c_in.eq(wrap(c_in, nexp))]
+            m.d.sync += [e_state[c_in].eq(BUSY), c_in.eq(_wrap(c_in, nexp))]
         with m.If(div.o.valid):
             m.d.sync += [e_factor[c_out].eq(div.o.payload.quotient), e_state[c_out].eq(READY),
-                         c_out.eq(wrap(c_out, nexp))]
+                         c_out.eq(_wrap(c_out, nexp))]
 
+    def _output(self, m, bk):
+        """Output pass: reads each READY exp bank, multiplies by its factor (two registered
+        stages) and streams the row to ``o_y`` through a credit-admitted FIFO; the bank is
+        FREE after its last read."""
+        c = self.config
+        lanes, beats, nexp = c.lanes, c.beats_max, c.exp_banks
+        e_state, e_last, e_count, e_factor, e_rd = (bk.e_state, bk.e_last, bk.e_count,
+                                                    bk.e_factor, bk.e_rd)
         # == output pass ==========================================================================
         m.submodules.out = out = CreditBuffer(payload_out(c), latency=OUT_STAGES)
         wiring.connect(m, wiring.flipped(self.o_y), out.o)
@@ -567,7 +657,7 @@ class Softmax(wiring.Component):
             m.d.sync += [d_active.eq(1), d_beat.eq(0), d_last.eq(e_last[d_next]),
                          d_count.eq(e_count[d_next]), d_factor.eq(e_factor[d_next]),
                          d_e.eq(d_next), e_state[d_next].eq(BUSY),
-                         d_next.eq(wrap(d_next, nexp))]
+                         d_next.eq(_wrap(d_next, nexp))]
         o_valid = Signal()
         o_last = Signal()
         o_count = Signal(c.count_bits)
@@ -584,7 +674,6 @@ class Softmax(wiring.Component):
                      out.i.payload.last.eq(delay(m, o_last, 2, name="y_last"))]
         if lanes > 1:
             m.d.comb += out.i.payload.count.eq(delay(m, o_count, 2, name="y_count"))
-        return m
 
     def _exp_lane(self, m, j, q, row_max):
         """``e16`` of one lane: ``q`` and ``row_max`` valid in the same cycle; the result is
@@ -702,6 +791,10 @@ def softmax_row(rng, kind, length, config):
 class SoftmaxModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Softmax`. An item is a row."""
 
+    #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    row_fields = {"q": ("rows", "list")}
+
     result_port = "o_y"
     latency_from = "i_x"
 
@@ -770,7 +863,8 @@ class SoftmaxModel(StreamModel):
 
     @staticmethod
     def cycles_bound(config, stim):
-        return config.performance(rows=[len(r) for r in stim["rows"]])["cycles"]
+        return config.performance(
+            config.workload(rows=[len(r) for r in stim["rows"]])).cycles
 
 
 #: Simulated by ``tests/test_sim.py`` (200 rows each): the default at max_len = 128 (INT32
