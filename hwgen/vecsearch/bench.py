@@ -28,6 +28,10 @@ def _row(cells):
 
 
 def bench_pq_decoder(echo=print, items=20000):
+    """``hwgen bench pq-decoder``: the README table of the PQ decoding unit. For m in 16/32/64 and
+    16/24-bit LUT entries, simulates ``items`` codes at ``--stall 0`` (results per cycle, latency in
+    cycles beside the cycle model's) and synthesises it with yosys when installed (LUT, FF, BRAM18,
+    DSP, LUTs against a quarter of FANNS's float PE); rows go to ``echo``."""
     acc = registry.get("pq-decoder")
     echo(f"pq-decoder: {items} codes per run, --stall 0 (steady state), yosys synth_xilinx xcup")
     echo(_row(["m", "lut_bits", "dist_bits", "results/cycle", "latency (cycles)", "model latency",
@@ -53,6 +57,10 @@ def bench_pq_decoder(echo=print, items=20000):
 
 
 def bench_lut_builder(echo=print, pairs=8):
+    """``hwgen bench lut-builder``: the README table of the LUT builder at dim 128, m 16, for
+    ``sub_par`` 16/4/1: rows per cycle simulated (``pairs`` query pairs, ``--stall 0``) and
+    modelled, cycles per LUT, latency in cycles and yosys resources when installed; rows go to
+    ``echo``."""
     acc = registry.get("lut-builder")
     echo(f"lut-builder: dim 128, m 16 (SIFT-like), {pairs} query pairs, --stall 0")
     echo(_row(["sub_par", "rows/cycle (sim)", "model", "cycles/LUT", "latency", "LUT", "FF",

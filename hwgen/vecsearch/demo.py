@@ -22,6 +22,10 @@ __all__ = ["run_demo"]
 
 
 def run_demo(*, queries=20, stall=0.1, seed=1, echo=print, progress=True):
+    """``hwgen demo`` (see module docstring): ``queries`` held-out queries of the digits data set on
+    the default ChamVS node's Verilog with ``stall`` random stalls, checked against the golden
+    model; progress and results go to ``echo``. Returns True when every result matched and the
+    simulation did not time out."""
     acc = registry.get("chamvs-node")
     cfg = acc.config()
     d = cfg.derived()

@@ -31,6 +31,8 @@ KINDS = ("systolic", "insert")
 
 @dataclass(frozen=True)
 class HierPQConfig(Config):
+    """Configuration of the hierarchical priority queue :class:`HierPQ`: input streams, results per
+    query (``k``, the L2 queue), the L1 queue length and kind, and the item field widths."""
     streams: int = param(4, "input streams (PQ decoding units)", lo=1, hi=64)
     k: int = param(16, "results per query (L2 queue length)", lo=1, hi=1024)
     l1_len: int = param(0, "L1 queue length (0 = smallest meeting 99% exact queries)",
@@ -47,10 +49,12 @@ class HierPQConfig(Config):
 
     @property
     def queues_per_stream(self):
+        """L1 queues per input stream: 2 for systolic queues (items dealt alternately), else 1."""
         return 2 if self.queue == "systolic" else 1
 
     @property
     def l1_queues(self):
+        """L1 queues in all: ``streams * queues_per_stream``."""
         return self.streams * self.queues_per_stream
 
     @property
@@ -59,6 +63,8 @@ class HierPQConfig(Config):
         return self.l1_len or l1_queue_length(self.k, self.l1_queues)
 
     def queue_config(self, k):
+        """The configuration of one queue of the configured kind keeping ``k`` items (an L1 queue:
+        :attr:`l1`; the L2 queue: ``k``)."""
         cls = SystolicPQConfig if self.queue == "systolic" else InsertPQConfig
         return cls(k=k, dist_bits=self.dist_bits, id_bits=self.id_bits)
 

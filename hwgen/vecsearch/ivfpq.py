@@ -19,6 +19,8 @@ __all__ = ["IntegerIVFPQ", "train_integer_ivfpq", "quantize_vectors", "import_fa
 
 
 def import_faiss():
+    """The ``faiss`` module; :class:`~hwgen.errors.ToolError` saying how to install it if
+    missing."""
     try:
         import faiss
     except ImportError:
@@ -65,14 +67,17 @@ class IntegerIVFPQ:
 
     @property
     def dim(self):
+        """Vector dimension D."""
         return self.coarse.shape[1]
 
     @property
     def m(self):
+        """PQ sub-spaces: bytes per code."""
         return self.pq_centroids.shape[0]
 
     @property
     def nlist(self):
+        """Number of IVF lists."""
         return self.coarse.shape[0]
 
     def probe(self, queries, nprobe):

@@ -51,6 +51,7 @@ class NodeLayout:
 
     @property
     def channels(self):
+        """Number of memory channels (one image each)."""
         return len(self.images)
 
     def words(self, lst, channel):

@@ -13,6 +13,7 @@ from amaranth.hdl import Module, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
@@ -24,6 +25,9 @@ __all__ = ["LUTBuilderConfig", "LUTBuilder", "LUTBuilderModel"]
 
 @dataclass(frozen=True)
 class LUTBuilderConfig(Config):
+    """Configuration of the distance-LUT builder :class:`LUTBuilder`: vector dimension, PQ
+    sub-spaces, component bits, the shift and saturation of LUT entries, and sub-spaces computed per
+    cycle."""
     dim: int = param(128, "vector dimension D", lo=1, hi=4096)
     m: int = param(16, "PQ sub-spaces (D % m == 0)", lo=1, hi=256)
     elem_bits: int = param(8, "bits of a signed vector component", lo=2, hi=16)
@@ -42,10 +46,12 @@ class LUTBuilderConfig(Config):
 
     @property
     def dsub(self):
+        """Components per sub-vector: ``dim / m``."""
         return self.dim // self.m
 
     @property
     def lanes(self):
+        """Sub-spaces computed per cycle: ``sub_par``, or ``m`` when it is 0."""
         return self.sub_par or self.m
 
     @property
@@ -60,6 +66,8 @@ class LUTBuilderConfig(Config):
 
     @property
     def tree_latency(self):
+        """Pipeline stages (cycles) of the adder tree over a sub-vector's ``dsub`` squared
+        differences: ``ceil(log2(dsub))``."""
         return (self.dsub - 1).bit_length()
 
     @property
@@ -68,10 +76,16 @@ class LUTBuilderConfig(Config):
         memory read, difference, square, adder tree, shift/saturate."""
         return 4 + self.tree_latency
 
-    def performance(self, pairs=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        pairs: int = None     # query pairs (query, centroid) to build LUTs for
+
+    def cycle_model(self, workload):
         """Cycle model (no stalls): rows per cycle, latency from a query pair's acceptance to
         its first row, and with ``pairs`` the cycles from the first centroid beat to the last
         row (centroid load of ``m * 256`` beats first), as ``hwgen sim`` measures them."""
+        pairs = workload.pairs
         latency = self.steps + self.latency + 2
         model = {"rows_per_cycle": 1 / self.steps, "cycles_per_lut": 256 * self.steps,
                  "latency_cycles": latency, "centroid_load_cycles": 256 * self.m}

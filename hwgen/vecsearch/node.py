@@ -51,6 +51,10 @@ def _log2(n):
 
 @dataclass(frozen=True)
 class ChamVSNodeConfig(Config):
+    """Configuration of the ChamVS memory node :class:`ChamVSNode`: the board and memory channels
+    used, the index's shape (dimension, PQ sub-spaces, lists, probes), ``k``, the number formats
+    (components, LUT entries, ids), the LUT builder's parallelism, the K-selection queues and the
+    width of a segment's word offsets."""
     board: str = param("u250", "target board: fixes memory channels and AXI word width",
                        choices=board_names())
     channels: int = param(0, "memory channels used (0 = all of the board's primary memory)",
@@ -94,18 +98,23 @@ class ChamVSNodeConfig(Config):
 
     @property
     def memory(self):
+        """The board's primary memory (:class:`~hwgen.boards.MemoryChannels`): the node's
+        channels."""
         return load_board(self.board).primary_memory
 
     @property
     def n_channels(self):
+        """Memory channels in use: ``channels``, or all of the primary memory's when it is 0."""
         return self.channels or self.memory.count
 
     @property
     def word_bytes(self):
+        """Bytes W of one AXI data word of a channel."""
         return self.memory.axi_data_bits // 8
 
     @property
     def codes_per_word(self):
+        """PQ codes in one word: ``W / m`` (also the PQ decoding units per channel)."""
         return self.word_bytes // self.m
 
     @property
@@ -127,28 +136,45 @@ class ChamVSNodeConfig(Config):
 
     @property
     def tag_bits(self):
+        """Bits of an item tag (at least 1): the sum of :attr:`tag_fields`."""
         return max(1, sum(b for _, b in self.tag_fields))
 
     @property
     def dist_bits(self):
+        """Bits of a distance: a sum of ``m`` LUT entries never overflows it."""
         return golden.distance_bits(self.m, self.lut_bits)
 
     @property
     def id_bytes(self):
+        """Bytes of a stored vector id."""
         return self.id_bits // 8
 
     def lut_config(self):
+        """The :class:`LUTBuilderConfig` of the node's LUT builder."""
         return LUTBuilderConfig(dim=self.dim, m=self.m, elem_bits=self.elem_bits,
                                 lut_shift=self.lut_shift, lut_bits=self.lut_bits,
                                 sub_par=self.lut_sub_par)
 
     def unit_config(self, forward):
+        """The :class:`PQDecoderConfig` of a PQ decoding unit: double-buffered LUTs, forwarded on
+        ``o_lut`` when ``forward`` (every unit but the chain's last), tags of ``tag_bits + 2`` bits
+        (the item tag, a valid-code bit, the query's last-code bit)."""
         return PQDecoderConfig(m=self.m, lut_bits=self.lut_bits, tag_bits=self.tag_bits + 2,
                                lut_buffers=2, forward_lut=forward)
 
     def kselect_config(self):
+        """The :class:`HierPQConfig` of the K-selection: one stream per PQ unit, items of
+        ``dist_bits`` distances and ``tag_bits`` tags."""
         return HierPQConfig(streams=self.units, k=self.k, l1_len=self.l1_len, queue=self.queue,
                             dist_bits=self.dist_bits, id_bits=self.tag_bits)
+
+    def memory_banks(self):
+        """``{m_axi_ch<c>: bank}``: channel ``c`` of the node is the board's memory bank ``c``
+        (``DDR[c]`` on u250), where the host loads that channel's image."""
+        mem = self.memory
+        if not mem.vitis_bank:
+            return {}
+        return {f"m_axi_ch{ch}": mem.bank(ch) for ch in range(self.n_channels)}
 
     def derived(self):
         ks = self.kselect_config()
@@ -161,12 +187,16 @@ class ChamVSNodeConfig(Config):
     # -- stream layouts ------------------------------------------------------------------------
 
     def table_entry(self):
+        """Payload of ``i_table``, one address-table entry per (list, channel): ``code_word`` (first
+        word of the code segment), ``count`` (codes) and ``id_word`` (first word of the ids)."""
         return data.StructLayout({"code_word": unsigned(self.word_addr_bits),
                                   "count": unsigned(self.segment_bits + _log2(
                                       self.codes_per_word) + 1),
                                   "id_word": unsigned(self.word_addr_bits)})
 
     def query_layout(self):
+        """Payload of ``i_query``: ``query`` (``dim`` signed ``elem_bits`` components), ``nprobe``
+        and ``lists`` (``nprobe_max`` list ids, the first ``nprobe`` used)."""
         return data.StructLayout({
             "query": data.ArrayLayout(signed(self.elem_bits), self.dim),
             "nprobe": unsigned(_log2(self.nprobe_max + 1)),
@@ -174,6 +204,7 @@ class ChamVSNodeConfig(Config):
         })
 
     def result_layout(self):
+        """Payload of ``o_result``: ``dist`` (``dist_bits``), ``id`` (``id_bits``) and ``last``."""
         return data.StructLayout({"dist": unsigned(self.dist_bits),
                                   "id": unsigned(self.id_bits), "last": unsigned(1)})
 
@@ -233,15 +264,6 @@ class ChamVSNode(wiring.Component):
         for name in STAT_PORTS:
             members[name] = Out(32)
         super().__init__(members)
-
-    @property
-    def memory_banks(self):
-        """``{m_axi_ch<c>: bank}``: channel ``c`` of the node is the board's memory bank ``c``
-        (``DDR[c]`` on u250), where the host loads that channel's image."""
-        mem = self.config.memory
-        if not mem.vitis_bank:
-            return {}
-        return {f"m_axi_ch{ch}": mem.bank(ch) for ch in range(self.config.n_channels)}
 
     def elaborate(self, platform):
         c = self.config

@@ -13,6 +13,7 @@ from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
@@ -23,6 +24,8 @@ __all__ = ["PQDecoderConfig", "PQDecoder", "PQDecoderModel"]
 
 @dataclass(frozen=True)
 class PQDecoderConfig(Config):
+    """Configuration of the PQ decoding unit :class:`PQDecoder`: bytes per code (``m``), LUT entry
+    and tag widths, LUT buffers and whether loaded LUT rows are forwarded to the next unit."""
     m: int = param(16, "sub-spaces: bytes per PQ code", lo=1, hi=64)
     lut_bits: int = param(16, "bits per LUT entry (unsigned)", lo=1, hi=32)
     tag_bits: int = param(32, "bits of the tag carried with each code (e.g. a vector id)",
@@ -38,6 +41,7 @@ class PQDecoderConfig(Config):
 
     @property
     def tree_latency(self):
+        """Pipeline stages (cycles) of the adder tree over ``m`` LUT entries: ``ceil(log2(m))``."""
         return (self.m - 1).bit_length()
 
     @property
@@ -46,7 +50,12 @@ class PQDecoderConfig(Config):
         memory read, a register on the read data, then the adder tree."""
         return 2 + self.tree_latency
 
-    def performance(self, scans=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        scans: tuple = None     # lengths of the code streams, one LUT each
+
+    def cycle_model(self, workload):
         """Cycle model (no stalls). ``scans``: lengths of the code streams, one LUT each.
 
         A LUT load takes 256 cycles; scan ``k`` starts when LUT ``k`` is loaded and scan
@@ -54,6 +63,7 @@ class PQDecoderConfig(Config):
         free (scan ``k - lut_buffers`` has ended). ``cycles`` runs from the first LUT row to the
         last distance, as ``hwgen sim`` measures it.
         """
+        scans = workload.scans
         model = {"initiation_interval": 1, "latency_cycles": self.latency + 2,
                  "lut_load_cycles": 256}
         if scans:

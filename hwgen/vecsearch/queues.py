@@ -22,6 +22,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..flow.model import StreamModel
 from . import golden, layouts
@@ -32,21 +33,32 @@ __all__ = ["QueueConfig", "SystolicPQConfig", "InsertPQConfig", "SystolicPQ", "I
 
 @dataclass(frozen=True)
 class QueueConfig(Config):
+    """Configuration shared by the exact top-k queues: items kept per query (``k``) and the distance
+    and id widths."""
     k: int = param(16, "items kept and emitted per query", lo=1, hi=1024)
     dist_bits: int = param(32, "bits of a distance", lo=1, hi=64)
     id_bits: int = param(32, "bits of an id", lo=1, hi=64)
 
     @property
     def key_bits(self):
+        """Bits of an entry's sort key, distance above id: ``dist_bits + id_bits``."""
         return self.dist_bits + self.id_bits
 
 
 @dataclass(frozen=True)
 class SystolicPQConfig(QueueConfig):
-    def performance(self, queries=None):
+    """Configuration of :class:`SystolicPQ`, the paper's systolic queue (one item every two
+    cycles)."""
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        queries: tuple = None     # item counts of back-to-back queries
+
+    def cycle_model(self, workload):
         """Cycle model (no stalls): one item every two cycles (``2n - 1`` cycles for ``n``
         items); after a query's last item, ``k`` compare-swap phases sort the array, then one
         result per cycle. ``queries``: item counts of back-to-back queries."""
+        queries = workload.queries
         model = {"items_per_cycle": 0.5, "drain_cycles": self.k}
         if queries is not None:
             model["cycles"] = sum(2 * n - 1 + self.k + min(n, self.k) for n in queries)
@@ -55,10 +67,18 @@ class SystolicPQConfig(QueueConfig):
 
 @dataclass(frozen=True)
 class InsertPQConfig(QueueConfig):
-    def performance(self, queries=None):
+    """Configuration of :class:`InsertPQ`, the shift-register insertion queue (one item per
+    cycle)."""
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        queries: tuple = None     # item counts of back-to-back queries
+
+    def cycle_model(self, workload):
         """Cycle model (no stalls): one item per cycle; a query's results follow its last
         item after two cycles, one per cycle. ``queries``: item counts of back-to-back
         queries."""
+        queries = workload.queries
         model = {"items_per_cycle": 1.0, "drain_cycles": 2}
         if queries is not None:
             model["cycles"] = sum(n + 2 + min(n, self.k) for n in queries)
