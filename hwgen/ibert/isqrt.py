@@ -61,6 +61,8 @@ class IntSqrt(wiring.Component):
 
     @property
     def latency(self):
+        """Cycles from an input handshake to its root on the output: ``width / 2`` (one
+        register per result digit)."""
         return self._width // 2
 
     def elaborate(self, platform):

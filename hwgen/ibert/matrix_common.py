@@ -119,6 +119,7 @@ def matrix_sizes(items, max_len, rng, *, first=(1, 7)):
 
 
 def random_int8(rng, shape):
+    """A uniformly random int8 matrix (values -128 .. 127, int64 dtype) of ``shape``."""
     return rng.integers(-128, 127, size=shape, endpoint=True)
 
 
