@@ -17,6 +17,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..lib.intmath import ceil_div
@@ -32,6 +33,9 @@ OUTPUT_FIFO_CYCLES = 2
 
 @dataclass(frozen=True)
 class MaxSimConfig(Config):
+    """Configuration of ``maxsim`` (:class:`MaxSim`): the embedding dimension ``dim``, the
+    largest query ``q_tokens`` held on chip and the query tokens processed in parallel
+    ``lanes`` (which set the cycles per document token, :attr:`groups`)."""
     dim: int = param(32, "embedding dimension: int8 values per token (ColBERTer: 32, "
                          "ColBERTv2: 128)", lo=1, hi=256)
     q_tokens: int = param(32, "largest query: query tokens held on chip (a query may have "
@@ -53,6 +57,8 @@ class MaxSimConfig(Config):
 
     @property
     def dot_tree_latency(self):
+        """Register stages of the adder tree summing a token dot product's ``dim`` products:
+        ``ceil(log2(dim))``."""
         return (self.dim - 1).bit_length()
 
     @property
@@ -72,6 +78,8 @@ class MaxSimConfig(Config):
 
     @property
     def dot_bits(self):
+        """Bits of a signed value that holds any dot product of two int8 vectors of ``dim``
+        (:func:`hwgen.espn.golden.dot_bits`)."""
         return golden.dot_bits(self.dim)
 
     @property
@@ -79,7 +87,13 @@ class MaxSimConfig(Config):
         """Bits the scores need (at most 29: the int32 output never overflows)."""
         return golden.score_bits(self.dim, self.q_tokens)
 
-    def performance(self, batches=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        # ((query tokens, (document lengths, ...)), ...) per batch, in stream order
+        batches: tuple = None
+
+    def cycle_model(self, workload):
         """Cycle model without stalls.
 
         ``batches``: ``[(query tokens, [document lengths]), ...]`` in stream order. Query
@@ -91,6 +105,7 @@ class MaxSimConfig(Config):
         ``cycles`` runs from the first query token to the last score, as ``hwgen sim``
         measures it.
         """
+        batches = workload.batches
         G = self.groups
         model = {"initiation_interval": G, "doc_tokens_per_cycle": 1 / G,
                  "latency_cycles": self.latency, "multipliers": self.lanes * self.dim}
@@ -134,6 +149,16 @@ def doc_layout(dim):
 
 #: One score per beat; TLAST on the score of a query's last document.
 SCORE = data.StructLayout({"score": signed(32), "last": 1})
+
+
+def _taps(m, value, cycles, name):
+    """``value`` delayed by 0 .. cycles cycles (one register chain in ``m``)."""
+    out = [value]
+    for k in range(cycles):
+        reg = Signal.like(value, name=f"{name}_d{k + 1}")
+        m.d.sync += reg.eq(out[-1])
+        out.append(reg)
+    return out
 
 
 class MaxSim(wiring.Component):
@@ -231,6 +256,24 @@ class MaxSim(wiring.Component):
             m.submodules[f"qmem{p}"] = mem
             mems.append((mem.write_port(), mem.read_port()))
 
+        held, qfull, qload, loaded, rbank, qlen = self._loader(m, mems)
+        out, g, base, doc_start, issue, handshake, release = self._issue(
+            m, held, qfull, qload, loaded, rbank)
+        dots, valid, first, left_at, t_dot = self._dot_lanes(
+            m, mems, g, base, rbank, qlen, doc_start, issue)
+        self._max_sum(m, out, dots, valid, first, left_at, t_dot, g, handshake, release)
+        return m
+
+    def _loader(self, m, mems):
+        """Query loader: writes ``i_query`` tokens round-robin into the lane memories of
+        ``mems`` (bank ``wbank``). Returns ``(held, qfull, qload, loaded, rbank, qlen)``:
+        ``held``/``qfull`` count the queries loading/loaded (updated by :meth:`_issue`),
+        ``qload`` is the token handshake, ``loaded`` strobes a cycle after a query's last
+        token, ``rbank`` is the bank being read and ``qlen`` the two banks' query lengths."""
+        c = self.config
+        D, P, G, Q = c.dim, c.lanes, c.groups, c.q_tokens
+        word = data.ArrayLayout(signed(8), D)
+        abits = (G - 1).bit_length()
         # Loader: tokens counted per query; the write is registered (one cycle after the
         # handshake), so a query becomes usable (``qfull``) a cycle after its last write.
         held = Signal(range(3))            # queries loading or loaded, not yet released
@@ -277,7 +320,15 @@ class MaxSim(wiring.Component):
             for b in range(2):
                 with m.If(loaded_bank == b):
                     m.d.sync += qlen[b].eq(loaded_len)
+        return held, qfull, qload, loaded, rbank, qlen
 
+    def _issue(self, m, held, qfull, qload, loaded, rbank):
+        """Issue: ``G`` steps per ``i_docs`` beat while a query is loaded, the beat
+        acknowledged at its last step (which waits for an output credit of ``out``, the
+        score FIFO created here). Returns ``(out, g, base, doc_start, issue, handshake,
+        release)``; ``release`` frees the query after a batch's last document."""
+        c = self.config
+        P, G = c.lanes, c.groups
         # -- issue: G steps per document token --------------------------------------------------
         # A beat is read where it stands on i_docs (AXI-Stream holds TDATA while TVALID is high
         # and TREADY low) and acknowledged at its last step, so no enable fans out to a
@@ -311,7 +362,17 @@ class MaxSim(wiring.Component):
                 m.d.sync += [g.eq(0), base.eq(0), final_g.eq(G == 1)]
         with m.If(handshake):
             m.d.sync += doc_start.eq(payload.last)
+        return out, g, base, doc_start, issue, handshake, release
 
+    def _dot_lanes(self, m, mems, g, base, rbank, qlen, doc_start, issue):
+        """Datapath, first half: each lane's dot product of its query token with the document
+        token (lane ``p`` a cycle behind lane ``p - 1``). Returns ``(dots, valid, first,
+        left_at, t_dot)``: the tap lists of the step's valid, first-token and remaining-length
+        signals and the cycle of lane 0's dot product."""
+        c = self.config
+        D, P, G, Q = c.dim, c.lanes, c.groups, c.q_tokens
+        word = data.ArrayLayout(signed(8), D)
+        payload = self.i_docs.payload
         # -- datapath: lanes in a systolic row --------------------------------------------------
         # Lane p works on a step p cycles after lane 0: its memory address, the document token
         # and the lane partial sums pass from lane to lane through registers, so every
@@ -320,27 +381,17 @@ class MaxSim(wiring.Component):
         # Step issued in cycle 0; lane p: address in cycle p, read data registered in p + 1,
         # multiplier inputs in p + 2, products in p + 3, dot product in p + t_dot.
         t_dot = 3 + c.dot_tree_latency
-
-        def taps(value, cycles, name):
-            """``value`` delayed by 0 .. cycles cycles (one register chain)."""
-            out = [value]
-            for k in range(cycles):
-                reg = Signal.like(value, name=f"{name}_d{k + 1}")
-                m.d.sync += reg.eq(out[-1])
-                out.append(reg)
-            return out
-
-        addr = taps(Cat(g, rbank), P - 1, "addr")
-        tok = taps(payload.tok, P + 1, "tok")
-        valid = taps(issue, t_dot + P + 1, "v")
-        first = taps(doc_start, t_dot + P - 1, "first")
+        addr = _taps(m, Cat(g, rbank), P - 1, "addr")
+        tok = _taps(m, payload.tok, P + 1, "tok")
+        valid = _taps(m, issue, t_dot + P + 1, "v")
+        first = _taps(m, doc_start, t_dot + P - 1, "first")
         # query tokens of the step's group that exist: ``left`` (registered in cycle 1) is
         # the query's length minus the group's first token; lane p compares it in p + t_dot
         qlen_cur = Signal(range(Q + 1))
         left = Signal(range(-G * P, Q + 1))
         m.d.comb += qlen_cur.eq(Mux(rbank, qlen[1], qlen[0]))
         m.d.sync += left.eq(qlen_cur - base)
-        left_at = taps(left, t_dot + P - 2, "left")
+        left_at = _taps(m, left, t_dot + P - 2, "left")
 
         dots = []
         for p, (_, rd) in enumerate(mems):
@@ -357,7 +408,16 @@ class MaxSim(wiring.Component):
             dots.append(dot)
         dot_shape = dots[0].shape()
         assert dot_shape.width <= c.dot_bits + 1
+        return dots, valid, first, left_at, t_dot
 
+    def _max_sum(self, m, out, dots, valid, first, left_at, t_dot, g, handshake, release):
+        """Datapath, second half: each lane's running maxima over the document (one per
+        group), summed along the lanes and over the groups into the score, which enters
+        ``out`` ``pipeline_latency`` cycles after its document's last handshake."""
+        c = self.config
+        P, G, Q = c.lanes, c.groups, c.q_tokens
+        dot_shape = dots[0].shape()
+        payload = self.i_docs.payload
         # Running maxima: a circular shift register of G entries per lane, advanced on every
         # step; its head is the maximum of the step's group. In cycle p + t_dot + 1 lane p adds
         # its updated maximum (zero past the query's length) to the sum of lanes 0 .. p - 1.
@@ -392,7 +452,6 @@ class MaxSim(wiring.Component):
             out.i.payload.score.eq(acc),
             out.i.payload.last.eq(delay(m, release, lat, name="score_last")),
         ]
-        return m
 
 
 #: Simulated by tests/test_sim.py: odd sizes with a partial last group (5 tokens in lanes of

@@ -19,17 +19,22 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import delay
+from ..lib.row_ports import RowKernel, RowPort
 from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
 
 __all__ = ["AttnDotConfig", "AttnDot", "AttnDotModel", "TEST_CONFIGS"]
 
 
 @dataclass(frozen=True)
-class AttnDotConfig(Config):
+class AttnDotConfig(Config, RowKernel):
+    """Configuration of ``ibert-attn-dot`` (:class:`AttnDot`): the row length ``head_dim``
+    of Q and K, the longest sequence ``max_len`` and the number of PEs ``pes`` (score columns
+    computed in parallel, at most ``head_dim`` and ``max_len``)."""
     head_dim: int = param(64, "d = H / A: row length of Q and K", lo=1, hi=256)
     max_len: int = param(128, "largest sequence length M", lo=1, hi=4096)
     pes: int = param(16, "PEs: K rows (score columns) computed in parallel, one MAC per "
@@ -50,16 +55,45 @@ class AttnDotConfig(Config):
 
     @property
     def acc_bits(self):
+        """Bits of a PE's signed accumulator: a 16-bit int8 product plus
+        ``ceil(log2(head_dim))`` bits of growth over the ``head_dim`` products."""
         return 16 + (self.head_dim - 1).bit_length()
 
     #: Cycles from issuing a round's last step to its scores reaching the serializer:
     #: memory read, element select, product, accumulate.
     latency = 4
 
-    def performance(self, m=None, m_q=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        m: int = None     # M: tokens of the sentence (rows of K)
+        m_q: int = None     # query rows
+
+    def cycle_model(self, workload):
         """Cycle model (:func:`hwgen.ibert.model.attn_dot_cycles`) for M = ``m``."""
+        m, m_q = workload.m, workload.m_q
         from .model import attn_dot_cycles
         return attn_dot_cycles(self, m, m_q)
+
+    matrix_inputs = ("k",)
+
+    def row_ports(self):
+        """``i_k``, ``i_q``: one int8 row of ``head_dim`` per beat, TLAST on the matrix's last
+        row; ``o_s``: int32 scores, one per beat, rows of up to ``max_len``."""
+        d = self.head_dim
+        return ([RowPort("i_k", "k", signed(8), d, d, framing="beat"),
+                 RowPort("i_q", "q", signed(8), d, d, framing="beat")],
+                RowPort("o_s", "s", signed(32), 1, max_row=self.max_len, last_row=True,
+                        array=False))
+
+    def max_tokens(self):
+        """:meth:`RowKernel.max_tokens`: ``max_len``."""
+        return self.max_len
+
+    def row_timing(self, m):
+        """:meth:`RowKernel.row_timing`: a query row's scores after the whole K."""
+        a = self.performance(self.workload(m=m, m_q=1))
+        return a["cycles_per_matrix"] - m, a["cycles_per_row"]
 
     def derived(self):
         return {"max_rounds": self.max_rounds, "macs": self.pes,
@@ -69,6 +103,8 @@ class AttnDotConfig(Config):
 
 
 def row_layout(d, name):
+    """Payload of ``i_q``/``i_k``: one row, field ``name`` (``d`` int8 elements), and
+    ``last`` (TLAST, the matrix's last row)."""
     return data.StructLayout({name: data.ArrayLayout(signed(8), d), "last": 1})
 
 
@@ -268,6 +304,10 @@ class AttnDotModel(StreamModel):
     (:func:`~hwgen.ibert.matrix_common.matrix_sizes`). The golden model is numpy's int64
     matrix product ``Q @ K.T``.
     """
+
+    #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    row_fields = {"q": ("q", "mats"), "k": ("k", "mats")}
 
     result_port = "o_s"
     latency_from = "i_q"

@@ -44,11 +44,13 @@ from amaranth.hdl import Module, Mux, Shape, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.wide_mul import split_multiply, split_multiply_stages
+from ..lib.row_ports import RowKernel, RowPort
 from . import golden
 from .param_files import scale_vector, with_file_digest
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
@@ -94,7 +96,10 @@ def _union(ranges):
 
 
 @dataclass(frozen=True)
-class GeluConfig(Config):
+class GeluConfig(Config, RowKernel):
+    """Configuration of ``ibert-gelu`` (:class:`Gelu`): the input scale (``scale`` or the
+    per-column vector of ``scale_file``), the input width ``in_bits``, the beat width
+    ``lanes``, the row length ``row`` and whether the output is negated (``negate``)."""
     scale: float = param(2e-4, "scale of the input integers (after a linear layer: input "
                                "scale x weight scale)")
     in_bits: int = param(32, "input bits (signed)", lo=2, hi=32)
@@ -205,6 +210,7 @@ class GeluConfig(Config):
 
     @property
     def q_range(self):
+        """``(lo, hi)``: the values of a signed ``in_bits`` input."""
         return -(1 << (self.in_bits - 1)), (1 << (self.in_bits - 1)) - 1
 
     @property
@@ -258,6 +264,7 @@ class GeluConfig(Config):
 
     @property
     def beats_per_row(self):
+        """Beats of one row, ``ceil(row / lanes)`` (the last one padded)."""
         return beats_per_row(self.row, self.lanes)
 
     @property
@@ -268,19 +275,35 @@ class GeluConfig(Config):
         :attr:`per_column` one more, the register of the ROM's output before ``d``."""
         return 1 + int(self.per_column) + 1 + self.square_stages + 1 + self.product_stages + 1
 
-    def performance(self, rows=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        rows: int = None     # rows sent back to back
+
+    def cycle_model(self, workload):
         """Cycle model without stalls: one beat per cycle, back to back across rows.
 
         ``latency_cycles`` runs from an input beat's handshake to its result's handshake;
         with ``rows``, ``cycles`` from the first input beat to the last result, as ``hwgen sim``
         measures them.
         """
+        rows = workload.rows
         model = {"initiation_interval": 1, "beats_per_row": self.beats_per_row,
                  "elements_per_cycle": self.row / self.beats_per_row,
                  "latency_cycles": self.latency + OUTPUT_FIFO_CYCLES}
         if rows:
             model["cycles"] = rows * self.beats_per_row + model["latency_cycles"]
         return model
+
+    def row_ports(self):
+        """``i_x``: int(in_bits) rows of ``row`` on ``lanes`` lanes; ``o_y``: int(out_bits)."""
+        return ([RowPort("i_x", "q", signed(self.in_bits), self.lanes, self.row)],
+                RowPort("o_y", "y", signed(self.out_bits), self.lanes, self.row))
+
+    def row_timing(self, m):
+        """:meth:`RowKernel.row_timing`: one row every ``beats_per_row`` cycles."""
+        cycles = self.performance(self.workload(rows=1)).cycles
+        return cycles - self.beats_per_row, self.beats_per_row
 
     def derived(self):
         b, c, shift, _ = self.constants
@@ -507,6 +530,10 @@ def gelu_values(rng, kind, shape, config):
 
 class GeluModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Gelu`. An item is a row."""
+
+    #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    row_fields = {"q": ("q", "array")}
 
     result_port = "o_y"
     latency_from = "i_x"

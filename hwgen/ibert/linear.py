@@ -22,10 +22,12 @@ from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
+from ..lib.row_ports import RowKernel, RowPort
 from . import golden
 from .matrix_common import ceil_div, matrix_int8, matrix_sizes, random_int8
 from .param_files import int_array, load_arrays, with_file_digest
@@ -37,7 +39,11 @@ _PRODUCT_MAX = 1 << 14
 
 
 @dataclass(frozen=True)
-class LinearConfig(Config):
+class LinearConfig(Config, RowKernel):
+    """Configuration of ``ibert-linear`` (:class:`Linear`): the matrix sizes K
+    (``in_features``) and N (``out_features``), the parallelism (``tiles`` output columns at
+    once, ``pes`` MACs per Tile) and the weights (drawn from ``weight_seed`` or read from the
+    ``weights`` file)."""
     in_features: int = param(128, "K: input features (row length of X and W)", lo=1, hi=8192)
     out_features: int = param(64, "N: output features (rows of W, row length of Y)",
                               lo=1, hi=8192)
@@ -81,6 +87,8 @@ class LinearConfig(Config):
 
     @property
     def tree_latency(self):
+        """Register stages of a Tile's adder tree over its ``pes`` partial dot products:
+        ``ceil(log2(pes))``."""
         return (self.pes - 1).bit_length()
 
     @property
@@ -152,10 +160,28 @@ class LinearConfig(Config):
         return [blocks[:, t].reshape(self.groups * self.steps, self.pes).tolist()
                 for t in range(self.tiles)]
 
-    def performance(self, rows=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        rows: int = None     # rows of the input matrix
+
+    def cycle_model(self, workload):
         """Cycle model (:func:`hwgen.ibert.model.linear_cycles`), for ``rows`` rows."""
+        rows = workload.rows
         from .model import linear_cycles
         return linear_cycles(self, rows)
+
+    def row_ports(self):
+        """``i_x``: int8 rows of ``in_features`` on ``pes`` lanes; ``o_y``: int32 rows of
+        ``out_features`` on ``tiles`` lanes; both mark the matrix's last row."""
+        return ([RowPort("i_x", "x", signed(8), self.pes, self.in_features, last_row=True)],
+                RowPort("o_y", "y", signed(32), self.tiles, self.out_features, last_row=True))
+
+    def row_timing(self, m):
+        """:meth:`RowKernel.row_timing`: a row's output follows its input after the matrix
+        pass less the input steps; one row every ``cycles_per_row``."""
+        p = self.performance(self.workload(rows=1))
+        return p["cycles_per_matrix"] - self.steps, p["cycles_per_row"]
 
     def derived(self):
         return {"steps": self.steps, "groups": self.groups,
@@ -166,10 +192,14 @@ class LinearConfig(Config):
 
 
 def input_layout(pes):
+    """Payload of ``i_x``: one beat of ``pes`` int8 row elements ``x``, ``last_row`` (the
+    matrix's last row) and ``last`` (TLAST, the row's last beat)."""
     return data.StructLayout({"x": data.ArrayLayout(signed(8), pes), "last_row": 1, "last": 1})
 
 
 def output_layout(tiles):
+    """Payload of ``o_y``: one beat of ``tiles`` int32 results ``y``, ``last_row`` and
+    ``last`` (TLAST, the row's last beat)."""
     return data.StructLayout({"y": data.ArrayLayout(signed(32), tiles), "last_row": 1,
                               "last": 1})
 
@@ -332,6 +362,10 @@ class LinearModel(StreamModel):
     matrices of M = 1, 7, 128 (the maximum BERT sequence length) and then random M in 1..128
     (:func:`~hwgen.ibert.matrix_common.matrix_sizes`).
     """
+
+    #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    row_fields = {"x": ("x", "mats")}
 
     result_port = "o_y"
     latency_from = "i_x"

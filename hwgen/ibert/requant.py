@@ -24,11 +24,13 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.wide_mul import range_shape, split_multiply, split_multiply_stages
+from ..lib.row_ports import RowKernel, RowPort
 from . import golden
 from .param_files import scale_vector, with_file_digest
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row, elementwise, lanes_in_last_beat, \
@@ -143,7 +145,11 @@ def _finite_positive(name, value):
 
 
 @dataclass(frozen=True)
-class RequantConfig(Config):
+class RequantConfig(Config, RowKernel):
+    """Configuration of ``ibert-requant`` (:class:`Requant`): the input scale (``scale_in``
+    or the per-column vector of ``scale_in_file``) and width ``in_bits``, the output scale
+    ``scale_out`` and width ``bits``, the optional residual input (``identity``,
+    ``identity_scale``, ``identity_bits``), the beat width ``lanes`` and the row length ``row``."""
     scale_in: float = param(1.9e-4, "scale of the input integers (after a linear layer: input "
                                     "scale x weight scale)")
     scale_out: float = param(0.08, "scale of the output integers (the activation's scale)")
@@ -219,12 +225,16 @@ class RequantConfig(Config):
 
     @cached_property
     def main(self):
+        """The main branch ``round(q * m / 2**e)``: :func:`dyadic_branch` of the input's
+        ``(m, e)`` at ``in_bits``, or :func:`column_branches` with :attr:`per_column`."""
         if self.per_column:
             return column_branches(*self.constants[0], self.in_bits)
         return dyadic_branch(*self.constants[0], self.in_bits)
 
     @property
     def ident(self):
+        """The residual branch ``round(id * m1 / 2**e1)``: :func:`dyadic_branch` at
+        ``identity_bits``; None without ``identity``."""
         return dyadic_branch(*self.constants[1], self.identity_bits) if self.identity else None
 
     @property
@@ -235,10 +245,12 @@ class RequantConfig(Config):
 
     @property
     def out_range(self):
+        """``(lo, hi)``: the signed ``bits``-bit range the results saturate to."""
         return -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
 
     @property
     def beats_per_row(self):
+        """Beats of one row, ``ceil(row / lanes)`` (the last one padded)."""
         return beats_per_row(self.row, self.lanes)
 
     @property
@@ -258,19 +270,37 @@ class RequantConfig(Config):
         its compares], output register with the saturating select."""
         return 1 + self.branch_stages + 1 + int(self.identity) + 1
 
-    def performance(self, rows=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        rows: int = None     # rows sent back to back
+
+    def cycle_model(self, workload):
         """Cycle model without stalls: one beat per cycle, back to back across rows.
 
         ``latency_cycles`` runs from an input beat's handshake to its result's handshake;
         with ``rows``, ``cycles`` from the first input beat to the last result, as ``hwgen sim``
         measures them.
         """
+        rows = workload.rows
         model = {"initiation_interval": 1, "beats_per_row": self.beats_per_row,
                  "elements_per_cycle": self.row / self.beats_per_row,
                  "latency_cycles": self.latency + OUTPUT_FIFO_CYCLES}
         if rows:
             model["cycles"] = rows * self.beats_per_row + model["latency_cycles"]
         return model
+
+    def row_ports(self):
+        """``i_x``: int(in_bits) rows of ``row`` on ``lanes`` lanes (with the residual ``id``
+        field when ``identity``); ``o_y``: int(bits) rows."""
+        extra = (("id", signed(self.identity_bits)),) if self.identity else ()
+        return ([RowPort("i_x", "q", signed(self.in_bits), self.lanes, self.row, extra=extra)],
+                RowPort("o_y", "y", signed(self.bits), self.lanes, self.row))
+
+    def row_timing(self, m):
+        """:meth:`RowKernel.row_timing`: one row every ``beats_per_row`` cycles."""
+        cycles = self.performance(self.workload(rows=1)).cycles
+        return cycles - self.beats_per_row, self.beats_per_row
 
     def derived(self):
         b, i = self.main, self.ident
@@ -565,6 +595,10 @@ def row_kinds(rng, rows):
 
 class RequantModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Requant`. An item is a row."""
+
+    #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    row_fields = {"q": ("q", "array"), "id": ("id", "array")}
 
     result_port = "o_y"
     latency_from = "i_x"

@@ -24,10 +24,12 @@ from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import delay
+from ..lib.row_ports import RowKernel, RowPort
 from . import golden
 from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
 
@@ -38,7 +40,10 @@ P_BITS = 9
 
 
 @dataclass(frozen=True)
-class SoftmaxMatmulConfig(Config):
+class SoftmaxMatmulConfig(Config, RowKernel):
+    """Configuration of ``ibert-softmax-matmul`` (:class:`SoftmaxMatmul`): the row length
+    ``head_dim`` of V and O, the longest sequence ``max_len`` and the number of PEs ``pes``
+    (rows of P computed in parallel, also the P elements per input beat)."""
     head_dim: int = param(64, "d = H / A: row length of V and O", lo=1, hi=256)
     max_len: int = param(128, "largest sequence length M", lo=1, hi=4096)
     pes: int = param(4, "PEs: rows of P (output rows) computed in parallel, head_dim MACs "
@@ -63,10 +68,44 @@ class SoftmaxMatmulConfig(Config):
     #: read, element select, product, accumulate.
     latency = 4
 
-    def performance(self, m=None, m_q=None):
+    @dataclass(frozen=True)
+    class Workload(contract.Workload):
+        """The workload of :meth:`cycle_model` (None: steady-state figures only)."""
+        m: int = None     # M: tokens of the sentence (rows of V)
+        m_q: int = None     # query rows of P to multiply
+
+    def cycle_model(self, workload):
         """Cycle model (:func:`hwgen.ibert.model.softmax_matmul_cycles`) for M = ``m``."""
+        m, m_q = workload.m, workload.m_q
         from .model import softmax_matmul_cycles
         return softmax_matmul_cycles(self, m, m_q)
+
+    matrix_inputs = ("v",)
+
+    def row_ports(self):
+        """``i_v``: one int8 row of ``head_dim`` per beat; ``i_p``: uint(P_BITS) rows of up to
+        ``max_len`` on ``pes`` lanes, last row marked; ``o_o``: int32 rows of ``head_dim``, one
+        per beat."""
+        d = self.head_dim
+        return ([RowPort("i_v", "v", signed(8), d, d, framing="beat"),
+                 RowPort("i_p", "p", unsigned(P_BITS), self.pes, max_row=self.max_len,
+                         last_row=True)],
+                RowPort("o_o", "o", signed(32), d, d, framing="beat"))
+
+    def max_tokens(self):
+        """:meth:`RowKernel.max_tokens`: ``max_len``."""
+        return self.max_len
+
+    def row_timing(self, m):
+        """:meth:`RowKernel.row_timing`: a row's context after the whole V; ``pes`` rows share
+        a pass, so the period is the full matrix interval over ``m``."""
+        one = self.performance(self.workload(m=m, m_q=1))
+        full = self.performance(self.workload(m=m, m_q=m))
+        return one["cycles_per_matrix"] - -(-m // self.pes), full["matrix_interval"] / m
+
+    def row_group(self):
+        """``pes`` rows of P go through the PEs together."""
+        return self.pes
 
     def derived(self):
         return {"max_beats": self.max_beats, "macs": self.pes * self.head_dim,
@@ -75,15 +114,21 @@ class SoftmaxMatmulConfig(Config):
 
 
 def v_layout(d):
+    """Payload of ``i_v``: one row ``v`` of ``d`` int8 elements and ``last`` (TLAST, the
+    matrix's last row)."""
     return data.StructLayout({"v": data.ArrayLayout(signed(8), d), "last": 1})
 
 
 def p_layout(pes):
+    """Payload of ``i_p``: ``pes`` unsigned 9-bit P elements ``p`` (0 .. 256), ``last_row``
+    (the matrix's last row) and ``last`` (TLAST, the row's last beat)."""
     return data.StructLayout({"p": data.ArrayLayout(unsigned(P_BITS), pes), "last_row": 1,
                               "last": 1})
 
 
 def o_layout(d, bits=32):
+    """Payload of ``o_o``: one row ``o`` of ``d`` signed ``bits``-bit elements and ``last``
+    (TLAST, the matrix's last row)."""
     return data.StructLayout({"o": data.ArrayLayout(signed(bits), d), "last": 1})
 
 
@@ -289,6 +334,10 @@ class SoftmaxMatmulModel(StreamModel):
     matrix product ``P @ V``.
     """
 
+    #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    row_fields = {"p": ("p", "mats"), "v": ("v", "mats")}
+
     result_port = "o_o"
     latency_from = "i_p"
 
@@ -300,6 +349,10 @@ class SoftmaxMatmulModel(StreamModel):
 
     @staticmethod
     def p_matrix(kind, shape, rng):
+        """A P matrix (int64, values 0 .. 256) of ``shape`` for stimulus ``kind``: ``"max"``
+        (all 256), ``"zero"``, ``"onehot"`` (one 256 per row), ``"softmax"``
+        (:func:`golden.int_softmax` of random int8 scores), anything else uniform random (with
+        more than two rows, the first row all 0 and the last all 256)."""
         rows, cols = shape
         if kind == "max":
             return np.full(shape, 256, dtype=np.int64)
