@@ -83,7 +83,7 @@ from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from .packet import Packet, packet_layout, to_beats
-from .row_layout import row_layout, shape_range
+from ..lib.row_ports import row_layout, shape_range
 
 __all__ = ["ELEM_BITS", "RowFormat", "row_format_from_ports", "RowToPacketsConfig",
            "PacketsToRowsConfig", "RowToPackets", "PacketsToRows", "join_rows",
@@ -138,22 +138,28 @@ class RowFormat:
 
     @property
     def bits(self):
+        """Bits of the kernel's element field: ``field_bits``, or ``elem_bits`` when that is 0."""
         return self.field_bits or self.elem_bits
 
     @property
     def shape(self):
+        """Amaranth shape of one kernel-side element: ``signed``/``unsigned(bits)``."""
         return signed(self.bits) if self.signed else unsigned(self.bits)
 
     @property
     def elem_bytes(self):
+        """Bytes of one element in packets (``elem_bits // 8``)."""
         return self.elem_bits // 8
 
     @property
     def beat_bytes(self):
+        """Packet bytes of one full kernel beat (``lanes * elem_bytes``)."""
         return self.lanes * self.elem_bytes
 
     @property
     def row_bytes(self):
+        """Packet bytes of a fixed-length row (``row_elems * elem_bytes``; 0 when a row
+        ends with each packet)."""
         return self.row_elems * self.elem_bytes
 
     @property
@@ -163,16 +169,18 @@ class RowFormat:
 
     @property
     def count_bits(self):
+        """Width of the ``count`` field: enough bits for 0 .. ``lanes``."""
         return self.lanes.bit_length()
 
     def layout(self):
         """The kernel-side payload: ``field``, [``count``], [``last_row``], ``last``
-        (:func:`~hwgen.cluster.row_layout.row_layout`)."""
+        (:func:`~hwgen.lib.row_ports.row_layout`)."""
         return row_layout(self.field, self.shape, self.lanes, array=self.array,
                           count_bits=self.count_bits if self.count else 0,
                           last_row=bool(self.rows))
 
     def value_range(self):
+        """``(lo, hi)``: the integers an element of the kernel field holds (:attr:`shape`)."""
         return shape_range(self.shape)
 
 
@@ -224,6 +232,7 @@ class _FormatConfig(Config):
 
     @property
     def format(self):
+        """The :class:`RowFormat` of these parameters (every source's default)."""
         return RowFormat(**{k: getattr(self, k) for k in FORMAT_KEYS})
 
     def check(self):
@@ -850,6 +859,8 @@ class PacketsToRowsModel(StreamModel):
 
     @staticmethod
     def golden(config, stim):
+        """``({tid: [row arrays]}, dropped)``: :func:`packets_to_rows` of the stimulus
+        packets over the configured sources."""
         return packets_to_rows(stim["packets"], dict(config.source_formats))
 
     @classmethod

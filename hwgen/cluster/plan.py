@@ -46,7 +46,9 @@ import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .. import registry
 from ..errors import ConfigError
+from ..lib.row_ports import shape_holds
 from . import describe as D
 
 __all__ = ["Role", "Kernel", "ClusterPlan", "plan", "plan_cluster", "routing_tables",
@@ -84,6 +86,9 @@ class Kernel:
     dests: list = field(default_factory=list)   # kernel ids (or "output") it sends to
 
     def to_dict(self):
+        """The kernel as a JSON-ready dict, as written to ``kernels.json``: ``id``, ``name``,
+        ``role``, ``kind``, ``fpga``, ``dests``, plus ``modules`` (compute) or ``gmi``
+        (``op``, ``members``, ``params``) where set."""
         d = {"id": self.id, "name": self.name, "role": self.role.value, "kind": self.kind,
              "fpga": self.fpga, "dests": self.dests}
         if self.modules:
@@ -96,6 +101,10 @@ class Kernel:
 
 @dataclass
 class ClusterPlan:
+    """The plan of one cluster (:func:`plan_cluster`): its description ``cluster`` and
+    ``index``, the :class:`Kernel` objects by id (``kernels``) and by name (``by_name``), each
+    FPGA's kernel ids (``fpga_kernels``), the id space ``size`` (ids 0 .. size - 1) and the
+    ``edges`` (sender, receiver kernel ids; ``"input"``/``"output"`` at the cluster boundary)."""
     cluster: D.Cluster
     index: int
     kernels: dict             # id -> Kernel
@@ -407,9 +416,9 @@ def fpga_plan(plan, fpga, data_bits, n_clusters, *, kernels="inside", plans=None
 def sequence_length(layers):
     """Default M of a layer description: the smallest ``max_len`` among its modules (the
     kernels' own bound), or 1 when none has one."""
-    lens = [m.params.get("max_len", 128) for l in layers.layers for m in l.modules
-            if m.kind in ("ibert-attn-dot", "ibert-softmax", "ibert-softmax-matmul")]
-    return min(lens, default=1)
+    lens = [registry.get(m.kind).config.from_dict(m.params).max_tokens()
+            for l in layers.layers for m in l.modules]
+    return min((n for n in lens if n is not None), default=1)
 
 
 @dataclass(frozen=True)
@@ -426,6 +435,9 @@ class ComputePlan:
     seq_len: int
 
     def to_dict(self):
+        """The plan as a JSON-ready dict, as written to ``compute.json``: chain kinds,
+        sequence length, inputs (``tid``, chain ``port``, ``connection`` index), both adapter
+        configurations, ``header`` and ``widen``."""
         return {"id": self.id, "name": self.name, "kinds": list(self.chain.kinds),
                 "sequence_length": self.seq_len,
                 "inputs": [{"tid": t, "port": p, "connection": c} for t, p, c in self.sources],
@@ -552,12 +564,11 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
     a :class:`ConfigError` names the connection (``.port``, ``.params.elem_bits``), the layer's
     ``modules`` or ``sequence_length``."""
     from .adapter import PacketsToRowsConfig, RowToPacketsConfig
-    from .compute import _holds
     where = f"clusters[{plan.index}].layers.connections"
     lw = f"{_layer_path(k, plan)}.modules"
     chain = _chain(k, plan)
     for cfg in chain.configs:
-        if getattr(cfg, "max_len", seq_len) < seq_len:
+        if (cfg.max_tokens() or seq_len) < seq_len:
             raise ConfigError("sequence_length", f"{k.name} takes at most {cfg.max_len} "
                               "tokens", value=seq_len)
     for p in chain.inputs:
@@ -576,7 +587,7 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
             q, s = sender
             s_chain = _chain(s, q)
             eb = _out_elem_bits(s, q, s_chain)
-            if not _holds(s_chain.output.shape, p.shape):
+            if not shape_holds(s_chain.output.shape, p.shape):
                 raise ConfigError(f"{w}.port", f"{p.name} of {k.name} cannot hold the "
                                   f"{s_chain.output.elem_bits}-bit elements {s.name} sends",
                                   value=p.name)
