@@ -304,13 +304,21 @@ class FC(wiring.Component):
         })
 
     def elaborate(self, platform):
-        c = self.config
         m = Module()
-        S, R, P, K, L = c.steps, c.rounds, c.pes, c.mults, c.lanes
-        Bi, Bo, NB = c.in_beats, c.out_beats, c.out_banks
-        xs, ys = signed(c.act_bits), signed(c.result_bits)
-        acc_shape = signed(golden.ACC_BITS)
+        load, loaded, start = self._load(m)
+        busy, j, r, waddr, ibank, release, comp = self._issue(m, load, loaded, start)
+        results = self._pes(m, comp, j, r, waddr)
+        self._gather(m, results, busy, j, r, ibank, release)
+        return m
 
+    def _load(self, m):
+        """Load buffer: ``i_x`` beats into ``load`` (element ``k`` from lane ``k % lanes`` of
+        beat ``k // lanes``). Returns ``(load, loaded, start)``: ``loaded`` while it holds a
+        complete vector; ``start`` (driven by :meth:`_issue`) when the compute buffer takes
+        it."""
+        c = self.config
+        Bi, L = c.in_beats, c.lanes
+        xs = signed(c.act_bits)
         # -- load buffer: element k <- lane k % lanes of beat k // lanes ------------------------
         load = [Signal(xs, name=f"load{k}", reset_less=True) for k in range(c.in_dim)]
         beat = Signal(range(Bi))
@@ -332,7 +340,16 @@ class FC(wiring.Component):
             m.d.sync += loaded.eq(1)
         with m.Elif(start):
             m.d.sync += loaded.eq(0)
+        return load, loaded, start
 
+    def _issue(self, m, load, loaded, start):
+        """Issue: copies a loaded vector into the compute buffer ``comp`` (driving ``start``)
+        when an output bank is free, then steps ``j`` (weight word) of round ``r``, one per
+        cycle. Returns ``(busy, j, r, waddr, ibank, release, comp)``; ``release`` (driven by
+        :meth:`_gather`) frees an output bank."""
+        c = self.config
+        S, R, NB = c.steps, c.rounds, c.out_banks
+        xs = signed(c.act_bits)
         # -- issue: step j of round r, one per cycle while busy ---------------------------------
         comp = [Signal(xs, name=f"comp{k}", reset_less=True) for k in range(c.in_dim)]
         busy = Signal()
@@ -358,7 +375,16 @@ class FC(wiring.Component):
             with m.If(j == S - 1):
                 m.d.sync += r.eq(r + 1)
         m.d.sync += reserved.eq(reserved + start - release)
+        return busy, j, r, waddr, ibank, release, comp
 
+    def _pes(self, m, comp, j, r, waddr):
+        """The broadcast word (``mults`` elements of ``comp``, registered) and the PEs: each
+        multiplies it by its weight word, sums, accumulates over a round's steps, adds the
+        bias and requantises. Returns the PEs' results (``round_latency`` after the step)."""
+        c = self.config
+        S, R, K = c.steps, c.rounds, c.mults
+        xs = signed(c.act_bits)
+        acc_shape = signed(golden.ACC_BITS)
         # -- broadcast word (registered; zero past in_dim) ---------------------------------------
         xw = Signal(data.ArrayLayout(xs, K), reset_less=True)
         with m.Switch(j):
@@ -393,7 +419,16 @@ class FC(wiring.Component):
             y = Signal(acc_shape, name=f"pe{p}_y", reset_less=True)
             m.d.sync += y.eq(acc + b_rd.data)
             results.append(self._requantise(m, y, p))
+        return results
 
+    def _gather(self, m, results, busy, j, r, ibank, release):
+        """Gather: each round's ``results`` into the inference's output bank, and the output
+        stage: a beat of ``o_y`` is sent once its bank holds the rounds it needs; the last
+        beat drives ``release``."""
+        c = self.config
+        S, R, P, L = c.steps, c.rounds, c.pes, c.lanes
+        Bo, NB = c.out_beats, c.out_banks
+        ys = signed(c.result_bits)
         # -- gather: result banks ------------------------------------------------------------------
         res_valid = delay(m, busy & (j == S - 1), c.round_latency - 1, name="res_valid")
         res_round = delay(m, r, c.round_latency - 1, name="res_round")
@@ -444,7 +479,6 @@ class FC(wiring.Component):
                                         for i in range(L)]
         with m.Elif(self.o_y.ready):
             m.d.sync += self.o_y.valid.eq(0)
-        return m
 
     def _requantise(self, m, y, p):
         """ReLU and rounding (one register), clamp (one register) of PE ``p``'s result."""
