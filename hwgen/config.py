@@ -24,6 +24,7 @@ import json
 import math
 import re
 
+from .contract import Performance, Workload
 from .errors import ConfigError
 
 __all__ = ["Config", "param"]
@@ -176,10 +177,36 @@ class Config:
         """Parameters that follow from the configuration (widths, latencies); for reports."""
         return {}
 
-    def performance(self):
-        """The accelerator's analytical cycle model at its default workload (a dict, shown by
-        ``hwgen build`` beside the last simulation); None where the accelerator has none."""
-        return None
+    #: The accelerator's workload type (a :class:`~hwgen.contract.Workload` dataclass);
+    #: accelerators with a workload-dependent cycle model declare their own.
+    Workload = Workload
+
+    def workload(self, **fields):
+        """The accelerator's :attr:`Workload` with ``fields`` over its defaults (an unknown
+        field raises :class:`ConfigError` naming it)."""
+        return self.Workload.from_dict(fields)
+
+    def performance(self, workload=None):
+        """The analytical cycle model at ``workload`` (an instance of :attr:`Workload`; the
+        default workload when None) as a :class:`~hwgen.contract.Performance`; shown by
+        ``hwgen build`` beside the last simulation and by ``hwgen list --json``."""
+        if workload is None:
+            workload = self.workload()
+        elif not isinstance(workload, self.Workload):
+            raise ConfigError("workload", f"must be a {type(self).__name__}.Workload "
+                              f"({', '.join(self.Workload().to_dict()) or 'no fields'})",
+                              value=workload)
+        return Performance(self.cycle_model(workload), workload)
+
+    def cycle_model(self, workload):
+        """``{figure: value}`` of :meth:`performance` (override); {} for an accelerator
+        without an analytical cycle model."""
+        return {}
+
+    def memory_banks(self):
+        """``{AXI4 master member: Vitis bank}`` where a kernel shell must connect each memory
+        master of the top (``sp=`` lines); {} places them round-robin."""
+        return {}
 
     def for_board(self, board):
         """This configuration adapted to ``board`` (e.g. memory widths); unchanged by default."""

@@ -40,7 +40,14 @@ LINEAR = ("ibert-linear", {"in_features": 37, "out_features": 15, "tiles": 5, "p
 
 # -- the kernel table ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", list(C.KINDS))
+def test_the_chainable_kernels_are_the_ibert_kernels():
+    """Every I-BERT kernel's configuration is a RowKernel, and nothing else is."""
+    assert set(C.chainable_kinds()) == {
+        "ibert-linear", "ibert-requant", "ibert-gelu", "ibert-softmax", "ibert-layernorm",
+        "ibert-attn-dot", "ibert-softmax-matmul"}
+
+
+@pytest.mark.parametrize("kind", list(C.chainable_kinds()))
 def test_row_ports_are_the_kernels_payload_layouts(kind):
     acc = registry.get(kind)
     for values in acc.test_configs:

@@ -38,10 +38,5 @@ def test_output_interval_is_the_slowest_kernels_period():
     from hwgen import registry
     lin = down.modules[0]
     cfg = registry.get(lin.kind).config.from_dict(lin.params)
-    assert r["I"] == packet_model.module_timing(lin.kind, cfg, 6)[1] == 768
+    assert r["I"] == cfg.row_timing(6)[1] == 768
     assert r["T"] - r["X"] == 5 * 768
-
-
-def test_unknown_module_kind_is_named():
-    with pytest.raises(ValueError, match="ibert-nothing"):
-        packet_model.module_timing("ibert-nothing", None, 4)

@@ -221,7 +221,7 @@ def test_cycles_match_model_and_peak_rate():
     assert peak["mismatches"] == 0
     # 200 scores, one every `groups` cycles: first to last spans 199 * groups + 1 cycles
     assert peak["results_per_cycle"] == pytest.approx(200 / (199 * cfg.groups + 1), abs=1e-6)
-    assert peak["cycles"] == cfg.performance(batches)["cycles"]
+    assert peak["cycles"] == cfg.performance(cfg.workload(batches=batches))["cycles"]
 
 
 @requires_verilator

@@ -380,7 +380,7 @@ def test_cycle_model_matches_simulation_without_stalls(name, index):
     rows = 37
     result = simulate(acc, cfg, items=rows, seed=11, stall=0.0, engine="native")
     assert result["mismatches"] == 0 and not result["timeout"]
-    model = cfg.performance(rows)
+    model = cfg.performance(cfg.workload(rows=rows))
     assert result["latency_cycles"] == model["latency_cycles"]
     assert result["cycles"] == model["cycles"]
     assert result["results_per_cycle"] == 1.0

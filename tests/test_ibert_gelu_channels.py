@@ -143,7 +143,7 @@ def test_column_cycle_model(tmp_path):
     """The ROM's output register adds one stage; the cycle model follows."""
     cfg = column_config(tmp_path, "odd")
     result = sim_exact("ibert-gelu", cfg, items=20, stall=0.0)
-    model = cfg.performance(20)
+    model = cfg.performance(cfg.workload(rows=20))
     assert result["latency_cycles"] == model["latency_cycles"]
     assert result["cycles"] == model["cycles"]
 

@@ -169,7 +169,7 @@ def test_cycles_match_model(index):
     rows = 60
     result = simulate(acc, cfg, items=rows, seed=5, stall=0.0, engine="native")
     assert result["mismatches"] == 0, result["first_mismatches"]
-    model = cfg.performance(rows)
+    model = cfg.performance(cfg.workload(rows=rows))
     assert result["latency_cycles"] == model["latency_cycles"]
     assert result["cycles"] == model["cycles"]
     assert result["results_per_cycle"] == 1.0

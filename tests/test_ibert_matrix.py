@@ -57,8 +57,8 @@ def measure(name, values, m, m_q=None):
 
 def model_of(cfg, m, m_q=None):
     if isinstance(cfg, LinearConfig):
-        return cfg.performance(m)
-    return cfg.performance(m, m_q)
+        return cfg.performance(cfg.workload(rows=m))
+    return cfg.performance(cfg.workload(m=m, m_q=m_q))
 
 
 @requires_verilator
@@ -91,21 +91,21 @@ def test_model_at_bert_base_sizes():
     """BERT-base (H = 768, A = 12, M = 128): the model's per-row costs follow the organisation
     (Linear 768 x 768 on 16 x 48 MACs: 768 cycles per row; a head of Q K^T on 16 PEs: 8
     rounds of 64 cycles; softmax x V on 4 PEs: 32 beats per row of P)."""
-    lin = LinearConfig(in_features=768, out_features=768, tiles=16, pes=48).performance(128)
+    lin = model_of(LinearConfig(in_features=768, out_features=768, tiles=16, pes=48), 128)
     assert lin["cycles_per_row"] == 768 * 768 // (16 * 48)
     assert lin["matrix_interval"] == 128 * 768
-    dot = AttnDotConfig().performance(128)
+    dot = model_of(AttnDotConfig(), 128)
     assert dot["cycles_per_row"] == 128 // 16 * 64
-    smm = SoftmaxMatmulConfig().performance(128)
+    smm = model_of(SoftmaxMatmulConfig(), 128)
     assert smm["cycles_per_row"] == 128 / 4
     # No padding to the maximum length: a short sequence costs proportionally less.
-    assert AttnDotConfig().performance(38)["matrix_interval"] \
-        < AttnDotConfig().performance(128)["matrix_interval"] * (38 / 128) * 1.1
+    assert model_of(AttnDotConfig(), 38)["matrix_interval"] \
+        < model_of(AttnDotConfig(), 128)["matrix_interval"] * (38 / 128) * 1.1
 
 
 def test_softmax_matmul_model_refuses_serializer_bound_shapes():
     with pytest.raises(ValueError, match="min\\(pes, M_q\\) <= M_k"):
-        SoftmaxMatmulConfig(pes=8).performance(3, 20)
+        model_of(SoftmaxMatmulConfig(pes=8), 3, 20)
 
 
 # -- configuration rules ----------------------------------------------------------------------

@@ -319,7 +319,7 @@ def test_requant_column_cycle_model(tmp_path):
     """Per-column branches add COLUMN_STAGES register stages; the model follows."""
     cfg = column_config(tmp_path, "odd")
     result = sim_exact("ibert-requant", cfg, items=20, stall=0.0)
-    model = cfg.performance(20)
+    model = cfg.performance(cfg.workload(rows=20))
     assert result["latency_cycles"] == model["latency_cycles"]
     assert result["cycles"] == model["cycles"]
 

@@ -193,11 +193,11 @@ def test_exp_banks_sustain_the_steady_state(cfg):
         return [b - a for a, b in zip(first[-13:], first[-12:])]
 
     for M in range(1, c.max_len + 1):
-        assert gaps(c, M) == [c.performance(M)["cycles_per_row"]] * 12
+        assert gaps(c, M) == [c.performance(c.workload(M=M))["cycles_per_row"]] * 12
     fewer = SoftmaxConfig.from_dict(cfg)
     fewer.__dict__["exp_banks"] = c.exp_banks - 1
     if fewer.exp_banks >= 2:
-        assert any(sum(gaps(fewer, M)) > 12 * c.performance(M)["cycles_per_row"]
+        assert any(sum(gaps(fewer, M)) > 12 * c.performance(c.workload(M=M))["cycles_per_row"]
                    for M in range(1, c.max_len + 1))
 
 
@@ -218,7 +218,7 @@ def test_cycle_model_matches_simulation(M):
     the steady-state row period measured from the run equals ``cycles_per_row``."""
     rows = 16
     config, result = _simulate({"max_len": 128}, M, rows)
-    model = config.performance(M, rows=[M] * rows)
+    model = config.performance(config.workload(M=M, rows=[M] * rows))
     assert result["cycles"] == model["cycles"]
     assert result["latency_cycles"] == model["latency_cycles"]
     beats = model["beats_per_row"]
@@ -238,7 +238,7 @@ def test_cycle_model_matches_simulation_mixed_rows(cfg):
     config, result = _simulate(cfg, 0, rows, seed=11)
     stim = SoftmaxModel.stimulus(config, rows, np.random.default_rng(11))
     lengths = [len(r) for r in stim["rows"]]
-    assert result["cycles"] == config.performance(rows=lengths)["cycles"]
+    assert result["cycles"] == config.performance(config.workload(rows=lengths))["cycles"]
 
 
 @requires_verilator

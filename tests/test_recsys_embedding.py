@@ -374,9 +374,10 @@ def test_cycle_model_matches_simulation():
             assert not r["timeout"] and r["mismatches"] == 0, r["first_mismatches"]
             if memory_latency is None:
                 memory_latency = r["latency_cycles"] - \
-                    cfg.performance(memory_latency=0)["latency_cycles"]
+                    cfg.performance(cfg.workload(memory_latency=0))["latency_cycles"]
                 assert 1 <= memory_latency <= 4
-            model = cfg.performance(items, memory_latency=memory_latency)
+            model = cfg.performance(cfg.workload(items=items,
+                                                          memory_latency=memory_latency))
             print(f"\n{values} x{items}: latency sim {r['latency_cycles']} model "
                   f"{model['latency_cycles']}, cycles sim {r['cycles']} model {model['cycles']}"
                   f", II {model['initiation_interval']}")

@@ -223,7 +223,7 @@ def measure(values, n=24, seed=5):
     f"{k}{v[k]}" for k in ("in_dim", "out_dim", "pes", "mults", "lanes") if k in v) or "default")
 def test_cycle_model_matches_simulation(values):
     cfg, sim = measure(values)
-    model = cfg.performance(24)
+    model = cfg.performance(cfg.workload(inferences=24))
     print(f"\n{values}: " + ", ".join(
         f"{k} model {model[k]:g} sim {sim[k]:g}" for k in sim))
     for key in sim:

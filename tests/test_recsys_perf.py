@@ -36,7 +36,7 @@ def test_lookup_stage_is_the_embedding_units_model(index, memory_latency):
     """perf.lookup_stage re-applies EmbeddingConfig.performance to any placement: on every
     embedding test configuration (which the simulations check) the two agree."""
     cfg = embedding.EmbeddingConfig.from_dict(embedding.TEST_CONFIGS[index])
-    want = cfg.performance(memory_latency=memory_latency)
+    want = cfg.performance(cfg.workload(memory_latency=memory_latency))
     got = perf.lookup_stage(cfg.placement, cfg.lanes, memory_latency, cfg.inflight)
     for key in ("initiation_interval", "latency_cycles", "inference_cycles", "credit_bound"):
         assert got[key] == want[key], key
@@ -58,7 +58,7 @@ def test_lookup_stage_by_hand(memory_latency):
     cycles after the query, so beats 0-4 leave at 5..9; beat 5 waits for table 2's word at
     8 + L: at 10 when L = 2 (then one per cycle: 30 for beat 20), at 8 + L when L is larger."""
     three = embedding.EmbeddingConfig.from_dict(embedding.TEST_CONFIGS[3])
-    for got in (three.performance(memory_latency=memory_latency),
+    for got in (three.performance(three.workload(memory_latency=memory_latency)),
                 perf.lookup_stage(three.placement, three.lanes, memory_latency,
                                   three.inflight)):
         assert got["latency_cycles"] == 8 + 4 + memory_latency
@@ -71,7 +71,7 @@ def test_lookup_stage_by_hand(memory_latency):
                                            two.out_beats, memory_latency)
     table2 = max(8 + memory_latency, 10)
     assert times == [5, 6, 7, 8, 9] + list(range(table2, table2 + 16))
-    assert two.performance(memory_latency=memory_latency)["latency_cycles"] == 5
+    assert two.performance(two.workload(memory_latency=memory_latency))["latency_cycles"] == 5
 
 
 def test_lookup_stage_of_paper_model(paper):

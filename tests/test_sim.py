@@ -102,7 +102,7 @@ def test_pq_decoder_cycles_match_model(buffers, min_scan):
     assert result["mismatches"] == 0
     rng = np.random.default_rng(9)
     scans = acc.model.scan_lengths(6000, rng, min_scan)
-    predicted = cfg.performance(scans)["cycles"]
+    predicted = cfg.performance(cfg.workload(scans=scans))["cycles"]
     assert result["cycles"] == predicted
 
 
@@ -116,7 +116,7 @@ def test_lut_builder_cycles_match_model(sets):
     model = cfg.performance()
     assert result["latency_cycles"] == model["latency_cycles"]
     assert result["results_per_cycle"] == pytest.approx(1 / cfg.steps, rel=1e-3)
-    assert result["cycles"] == cfg.performance(4)["cycles"]
+    assert result["cycles"] == cfg.performance(cfg.workload(pairs=4))["cycles"]
 
 
 @pytest.mark.parametrize("name", ["systolic-pq", "insert-pq"])
@@ -129,4 +129,5 @@ def test_queue_cycles_match_model(name, k):
     result = simulate(acc, cfg, items=2000, seed=4, stall=0.0, engine="native")
     assert result["mismatches"] == 0
     stim = acc.model.stimulus(cfg, 2000, np.random.default_rng(4))
-    assert result["cycles"] == cfg.performance([len(d) for d, _ in stim["queries"]])["cycles"]
+    queries = [len(d) for d, _ in stim["queries"]]
+    assert result["cycles"] == cfg.performance(cfg.workload(queries=queries))["cycles"]

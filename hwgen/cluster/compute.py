@@ -9,7 +9,8 @@ input (the one a preceding layer drives: the model's ``latency_from``), through 
 
 Kernel row streams
 ------------------
-:func:`kernel_ports` describes every stream of the supported kernels as a :class:`RowPort`
+:func:`kernel_ports` describes every stream of a chainable kernel as a :class:`RowPort` (the
+kernel's configuration is a :class:`~hwgen.lib.row_ports.RowKernel`)
 (checked against the kernels' own payload layouts when a chain is built). ``row`` is the
 fixed row length in elements (``var`` rows: any length up to the bound, delimited by TLAST);
 ``beat`` framing is one row per beat with TLAST on a *matrix's* last row; ``last_row`` marks
@@ -76,7 +77,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -85,134 +86,32 @@ from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..ibert.stream_rows import beats_per_row, to_beats
-from .row_layout import row_layout
+from ..lib.row_ports import RowKernel, RowPort, shape_holds
 
-__all__ = ["RowPort", "kernel_ports", "KINDS", "Regroup", "ChainPlan", "chain_plan",
-           "KernelChain", "KernelChainConfig", "KernelChainModel", "TEST_CONFIGS",
+__all__ = ["RowPort", "kernel_ports", "chainable", "chainable_kinds", "Regroup", "ChainPlan",
+           "chain_plan", "KernelChain", "KernelChainConfig", "KernelChainModel", "TEST_CONFIGS",
            "decode_rows"]
 
 OUTPUT = "o_y"
 
 
-@dataclass(frozen=True)
-class RowPort:
-    """One row stream of a kernel (see the module docstring's table)."""
-    member: str                 # kernel member (``i_x``)
-    field: str                  # element field of the payload
-    shape: object               # element shape
-    lanes: int
-    row: int = 0                # fixed elements per row; 0: variable, up to ``max_row``
-    max_row: int = 0
-    framing: str = "row"        # "row": TLAST on a row's final beat; "beat": one row per beat
-    last_row: bool = False
-    count: bool = False
-    array: bool = True
-    extra: tuple = ()           # ((field, shape), ...): further element fields of the beat
-    name: str = ""              # the chain's port name (chain ports only)
-    module: int = -1            # index of the module in the chain (chain ports only)
-
-    @property
-    def longest(self):
-        return self.row or self.max_row
-
-    @property
-    def elem_bits(self):
-        return Shape.cast(self.shape).width
-
-    @property
-    def signed(self):
-        return Shape.cast(self.shape).signed
-
-    @property
-    def has_matrices(self):
-        return self.last_row or self.framing == "beat"
-
-    @property
-    def count_bits(self):
-        return self.lanes.bit_length()
-
-    def layout(self, extra=True):
-        """The payload: ``field`` [, ``extra`` fields][, ``count``][, ``last_row``], ``last``
-        (:func:`~hwgen.cluster.row_layout.row_layout`)."""
-        return row_layout(self.field, self.shape, self.lanes, array=self.array,
-                          extra=self.extra if extra else (),
-                          count_bits=self.count_bits if self.count else 0,
-                          last_row=self.last_row)
-
-    def extra_port(self, field, shape):
-        """The row stream of a further field of this beat, as its own input."""
-        return replace(self, field=field, shape=shape, extra=(), count=False, last_row=False)
-
-
-def _linear(c):
-    return ([RowPort("i_x", "x", signed(8), c.pes, c.in_features, last_row=True)],
-            RowPort("o_y", "y", signed(32), c.tiles, c.out_features, last_row=True))
-
-
-def _requant(c):
-    extra = (("id", signed(c.identity_bits)),) if c.identity else ()
-    return ([RowPort("i_x", "q", signed(c.in_bits), c.lanes, c.row, extra=extra)],
-            RowPort("o_y", "y", signed(c.bits), c.lanes, c.row))
-
-
-def _gelu(c):
-    return ([RowPort("i_x", "q", signed(c.in_bits), c.lanes, c.row)],
-            RowPort("o_y", "y", signed(c.out_bits), c.lanes, c.row))
-
-
-def _softmax(c):
-    many = c.lanes > 1
-    return ([RowPort("i_x", "q", signed(c.in_bits), c.lanes, max_row=c.max_len, count=many)],
-            RowPort("o_y", "y", unsigned(c.out_bits), c.lanes, max_row=c.max_len, count=many))
-
-
-def _layernorm(c):
-    return ([RowPort("i_row", "q", signed(c.in_bits), c.lanes, c.hidden)],
-            RowPort("o_row", "y", signed(c.out_bits), c.lanes, c.hidden))
-
-
-def _attn_dot(c):
-    d = c.head_dim
-    return ([RowPort("i_k", "k", signed(8), d, d, framing="beat"),
-             RowPort("i_q", "q", signed(8), d, d, framing="beat")],
-            RowPort("o_s", "s", signed(32), 1, max_row=c.max_len, last_row=True, array=False))
-
-
-def _softmax_matmul(c):
-    from ..ibert.softmax_matmul import P_BITS
-    d = c.head_dim
-    return ([RowPort("i_v", "v", signed(8), d, d, framing="beat"),
-             RowPort("i_p", "p", unsigned(P_BITS), c.pes, max_row=c.max_len, last_row=True)],
-            RowPort("o_o", "o", signed(32), d, d, framing="beat"))
-
-
-#: Supported kinds: ``(ports(config) -> ([inputs], output), {field: (stimulus key, form)})``;
-#: the form says how the model's stimulus holds the rows of that field: ``mats`` (a list of
-#: matrices), ``array`` (one 2-D array of all rows) or ``list`` (a list of 1-D rows).
-KINDS = {
-    "ibert-linear": (_linear, {"x": ("x", "mats")}),
-    "ibert-requant": (_requant, {"q": ("q", "array"), "id": ("id", "array")}),
-    "ibert-gelu": (_gelu, {"q": ("q", "array")}),
-    "ibert-softmax": (_softmax, {"q": ("rows", "list")}),
-    "ibert-layernorm": (_layernorm, {"q": ("rows", "array")}),
-    "ibert-attn-dot": (_attn_dot, {"q": ("q", "mats"), "k": ("k", "mats")}),
-    "ibert-softmax-matmul": (_softmax_matmul, {"p": ("p", "mats"), "v": ("v", "mats")}),
-}
-
-
 def kernel_ports(kind, config):
     """``(inputs, feed, output)``: the :class:`RowPort` of every input, the fed input's member
-    (the model's ``latency_from``) and the output of a supported kernel at ``config``."""
-    inputs, output = KINDS[kind][0](config)
+    (the model's ``latency_from``) and the output of a chainable kernel (its configuration a
+    :class:`~hwgen.lib.row_ports.RowKernel`) at ``config``."""
+    inputs, output = config.row_ports()
     return inputs, registry.get(kind).model.latency_from, output
 
 
-def _holds(src, dst):
-    """Whether element shape ``dst`` holds every value of ``src``."""
-    s, d = Shape.cast(src), Shape.cast(dst)
-    if s.signed and not d.signed:
-        return False
-    return d.width >= s.width + int(d.signed and not s.signed)
+def chainable(kind):
+    """Whether ``kind`` names a registered accelerator whose configuration is a
+    :class:`~hwgen.lib.row_ports.RowKernel` (it can be a module of a chain)."""
+    return kind in registry.names() and issubclass(registry.get(kind).config, RowKernel)
+
+
+def chainable_kinds():
+    """The registered accelerators a chain can hold (:func:`chainable`), in registry order."""
+    return tuple(name for name in registry.names() if chainable(name))
 
 
 def check_link(src, dst, where):
@@ -220,7 +119,7 @@ def check_link(src, dst, where):
     exact (see the module docstring); ``where`` names the consuming module."""
     def bad(msg):
         raise ConfigError(where, f"cannot take {src.member} of the module before: {msg}")
-    if not _holds(src.shape, dst.shape):
+    if not shape_holds(src.shape, dst.shape):
         bad(f"its {src.elem_bits}-bit {'signed' if src.signed else 'unsigned'} elements do not "
             f"fit {dst.member}'s {dst.elem_bits}-bit {'signed' if dst.signed else 'unsigned'} "
             "ones (elements are only extended, never narrowed)")
@@ -453,7 +352,7 @@ class ChainPlan:
         """``{"modules": [performance dict, ...], "latency_cycles": sum or None,
         "regroup_latency": cycles}`` without stalls (each module's ``performance()`` at its
         defaults; None where a module's model needs a row length)."""
-        perf = [cfg.performance() or {} for cfg in self.configs]
+        perf = [cfg.performance().to_dict() for cfg in self.configs]
         lat = [p.get("latency_cycles") for p in perf]
         regroup = sum(int(self.ports[k - 1][2].lanes != self.feed_port(k).lanes)
                       for k in range(1, len(self.kinds)))
@@ -482,8 +381,8 @@ def _modules(modules):
             kind, params = mod["kind"], mod.get("params", {})
         else:
             kind, params = getattr(mod, "kind", None), getattr(mod, "params", None)
-        if not isinstance(kind, str) or kind not in KINDS:
-            raise ConfigError(f"{where}.kind", "must be one of " + ", ".join(KINDS),
+        if not isinstance(kind, str) or not chainable(kind):
+            raise ConfigError(f"{where}.kind", "must be one of " + ", ".join(chainable_kinds()),
                               value=str(kind)[:80])
         if not isinstance(params, dict):
             raise ConfigError(f"{where}.params", "must be an object", value=str(params)[:80])
@@ -649,7 +548,7 @@ def propagate(plan, stim, rng=None):
             prev = plan.ports[k - 1][2]
             rows, ends = decode_rows(prev, outputs[-1][prev.member])
             feed = plan.feed_port(k)
-            forms = KINDS[kind][1]
+            forms = model.row_fields
             s = {forms[feed.field][0]: _stim_value(forms[feed.field][1], rows, ends)}
             for field, shape in feed.extra:
                 name = f"i_{k}_{field}"

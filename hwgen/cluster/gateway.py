@@ -36,7 +36,7 @@ from .packet import INTER_CLUSTER_BIT, Packet, attach_header, from_beats, packet
     strip_header, to_beats
 from .switch import COUNTER_BITS, DROP_KINDS, KernelSwitch, PacketFilter, SwitchConfig, \
     status_name
-from .traffic import counter_report, filter_golden, fuzz_stream, random_payload
+from .traffic import StatusLines, counter_report, filter_golden, fuzz_stream, random_payload
 
 __all__ = ["GatewayConfig", "Gateway", "GatewayModel", "TEST_CONFIGS", "GMI_DROPS"]
 
@@ -359,7 +359,7 @@ class Gateway(wiring.Component):
         return m
 
 
-class GatewayModel(StreamModel):
+class GatewayModel(StatusLines, StreamModel):
     """Stimulus and golden model of ``cluster-gateway``.
 
     Traffic, all inter-cluster to this cluster: ``--items`` point-to-point packets (1 ..

@@ -37,6 +37,7 @@ from ..flow.model import StreamModel
 from ..lib.intmath import ceil_div
 from . import golden
 from .packet import Packet, packet_layout, to_beats, from_beats, split_packets
+from .traffic import StatusLines
 
 __all__ = ["GMIConfig", "Broadcast", "Scatter", "Gather", "Reduce", "gmi_component",
            "KINDS", "STATUS_PORTS", "BroadcastModel", "ScatterModel", "GatherModel",
@@ -187,10 +188,8 @@ class _Collective(wiring.Component):
         c, kind = self.config, self.kind
         g = c.geometry(kind)
         m = Module()
-        L, EB, W, D, M = c.lanes, c.elem_bits, c.data_bits, c.depth, c.members
-        R, S, nbi = g["rows"], g["slots"], g["in_beats"]
-        lane_bytes = W // 8
-        full_keep = (1 << lane_bytes) - 1
+        L, EB, D = c.lanes, c.elem_bits, c.depth
+        R, S = g["rows"], g["slots"]
 
         banks = []
         for b in range(L):
@@ -198,7 +197,20 @@ class _Collective(wiring.Component):
             m.submodules[f"bank{b}"] = mem
             banks.append((mem.write_port(), mem.read_port()))
         bank_base = Array([Const(d * R, range(D * R + 1)) for d in range(D)])
+        ahead, robank, release, inc, round_ready = self._rounds(m, S, D)
+        hs, cur_slot, cur_bank, cur_k, cur_drop, exp_last, last_elems, bases = self._input(
+            m, g, ahead, robank, round_ready, inc)
+        self._write(m, g, banks, bank_base, bases, hs, cur_slot, cur_bank, cur_k, cur_drop,
+                    exp_last, last_elems)
+        self._output(m, g, banks, bank_base, robank, round_ready, release)
+        return m
 
+    def _rounds(self, m, S, D):
+        """Round bookkeeping: ``ahead[s]``, the rounds slot ``s`` has written ahead of the
+        output (one of ``D`` banks each), ``robank`` the oldest round's bank. Returns
+        ``(ahead, robank, release, inc, round_ready)``: ``inc[s]`` (driven by :meth:`_input`)
+        adds a round to slot ``s``, ``release`` (driven by the output engine) frees the
+        oldest, ``round_ready`` while every slot holds it."""
         # -- round bookkeeping ---------------------------------------------------------------
         ahead = [Signal(range(D + 1), name=f"ahead{s}") for s in range(S)]
         robank = Signal(range(D))          # bank of the oldest unsent round
@@ -211,7 +223,17 @@ class _Collective(wiring.Component):
         with m.If(release):
             m.d.sync += [robank.eq(Mux(robank == D - 1, 0, robank + 1)),
                          self.stat_rounds.eq(self.stat_rounds + 1)]
+        return ahead, robank, release, inc, round_ready
 
+    def _input(self, m, g, ahead, robank, round_ready, inc):
+        """Input, check: takes ``i_pkt`` beats (stalling a packet whose slot is full while a
+        round is ready), checks source, length and keep, counts drops and drives ``inc`` at a
+        good packet's last beat. Returns ``(hs, cur_slot, cur_bank, cur_k, cur_drop,
+        exp_last, last_elems, bases)`` for :meth:`_write`."""
+        c, kind = self.config, self.kind
+        L, EB, W, D, M = c.lanes, c.elem_bits, c.data_bits, c.depth, c.members
+        S, nbi = g["slots"], g["in_beats"]
+        full_keep = (1 << (W // 8)) - 1
         # -- input: check, rotate, write -----------------------------------------------------
         i = self.i_pkt
         if kind == "reduce":
@@ -276,7 +298,17 @@ class _Collective(wiring.Component):
         for s in range(S):
             m.d.comb += inc[s].eq(hs & i.payload.last & ~cur_drop & ~cur_bad &
                                   (cur_slot == s))
+        return hs, cur_slot, cur_bank, cur_k, cur_drop, exp_last, last_elems, bases
 
+    def _write(self, m, g, banks, bank_base, bases, hs, cur_slot, cur_bank, cur_k, cur_drop,
+               exp_last, last_elems):
+        """Input, write: rotates the beat's lanes to its slot's element offset and writes
+        them into ``banks`` at the round bank's rows (the last beat's lanes past the packet
+        masked)."""
+        c = self.config
+        L, EB, W = c.lanes, c.elem_bits, c.data_bits
+        R, S, nbi = g["rows"], g["slots"], g["in_beats"]
+        i = self.i_pkt
         rots = [b % L for b in bases]
         rows0 = [b // L for b in bases]
         if S > 1:
@@ -296,6 +328,13 @@ class _Collective(wiring.Component):
                          wr.data.eq(data_rot[b * EB:(b + 1) * EB]),
                          wr.en.eq(wen & valid_rot[b])]
 
+    def _output(self, m, g, banks, bank_base, robank, round_ready, release):
+        """Output: ``o_pkt`` beats read from ``banks``, one per cycle while ``o_pkt`` takes
+        them (:meth:`_reduce_output` for reduce, :meth:`_send_output` otherwise); drives
+        ``release`` when the oldest round has been read."""
+        c, kind = self.config, self.kind
+        L, EB = c.lanes, c.elem_bits
+        full_keep = (1 << (c.data_bits // 8)) - 1
         # -- output ----------------------------------------------------------------------------
         o = self.o_pkt
         advance = Signal()
@@ -316,7 +355,6 @@ class _Collective(wiring.Component):
         else:
             self._send_output(m, banks, bank_base, robank, busy, round_ready, release,
                               advance, rdata, last_mask, out_last_keep, full_keep, g)
-        return m
 
     def _send_output(self, m, banks, bank_base, robank, busy, round_ready, release, advance,
                      rdata, last_mask, out_last_keep, full_keep, g):
@@ -528,7 +566,7 @@ def gmi_component(kind, config):
 
 # -- stream models for hwgen sim -------------------------------------------------------------
 
-class _GMIModel(StreamModel):
+class _GMIModel(StatusLines, StreamModel):
     """Stream-level model of a GMI kernel for ``hwgen sim``: the item unit is one collective
     round. The stimulus interleaves members' packets at random (up to ``depth`` rounds apart),
     and mixes in dropped packets: wrong lengths (``bad``), unknown sources (gather/reduce) and,

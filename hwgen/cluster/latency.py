@@ -22,9 +22,17 @@ recurrence (documented there).
 
 from dataclasses import dataclass
 
+from ..ibert.attn_dot import AttnDotConfig
+from ..ibert.gelu import GeluConfig
+from ..ibert.layernorm import LayerNormConfig
+from ..ibert.linear import LinearConfig
+from ..ibert.requant import RequantConfig
+from ..ibert.softmax import SoftmaxConfig
+from ..ibert.softmax_matmul import SoftmaxMatmulConfig
+
 __all__ = ["PAPER_TABLE1", "PAPER_TABLE2_MS", "PAPER_SEQ_LENS", "PAPER_CLOCK_MHZ", "PAPER_D_US",
            "VERSAL", "chain_latency", "table2", "versal_estimate", "encoder_timing",
-           "EncoderSizes", "sizes_from_layers", "module_timing"]
+           "EncoderSizes", "sizes_from_layers"]
 
 #: Sequence lengths of the paper's Tables 1 and 2.
 PAPER_SEQ_LENS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -128,58 +136,23 @@ def sizes_from_layers(layers):
                         max_len=dot["max_len"])
 
 
-def module_timing(kind, cfg, m):
-    """``(latency, period)`` in cycles of one module (a registered configuration ``cfg`` of
-    ``kind``) for a sentence of ``m`` tokens, from its own cycle model: ``period`` cycles per
-    output row in steady state, ``latency`` from the cycle its last needed input beat arrives
-    to its output row's last beat (for the attention kernels, after the whole K or V)."""
-    if kind == "ibert-linear":
-        p = cfg.performance(rows=1)
-        return p["cycles_per_matrix"] - cfg.steps, p["cycles_per_row"]
-    if kind in ("ibert-requant", "ibert-gelu"):
-        return cfg.performance(rows=1)["cycles"] - cfg.beats_per_row, cfg.beats_per_row
-    if kind == "ibert-layernorm":
-        per = cfg.performance()["cycles_per_row"]
-        return cfg.performance(rows=1)["cycles"] - per, per
-    if kind == "ibert-softmax":
-        p = cfg.performance(M=m, rows=[m])
-        return p["cycles"] - p["beats_per_row"], p["cycles_per_row"]
-    if kind == "ibert-attn-dot":
-        a = cfg.performance(m=m, m_q=1)
-        return a["cycles_per_matrix"] - m, a["cycles_per_row"]
-    if kind == "ibert-softmax-matmul":
-        one, full = cfg.performance(m=m, m_q=1), cfg.performance(m=m, m_q=m)
-        return one["cycles_per_matrix"] - -(-m // cfg.pes), full["matrix_interval"] / m
-    raise ValueError(f"no cycle model for module kind {kind!r}")
-
-
 def _stage_params(sizes, m):
-    """Per stage ``(latency, period)`` in cycles (:func:`module_timing`) of the modules
-    ``sizes`` describes."""
-    from hwgen.ibert.attn_dot import AttnDotConfig
-    from hwgen.ibert.gelu import GeluConfig
-    from hwgen.ibert.layernorm import LayerNormConfig
-    from hwgen.ibert.linear import LinearConfig
-    from hwgen.ibert.requant import RequantConfig
-    from hwgen.ibert.softmax import SoftmaxConfig
-    from hwgen.ibert.softmax_matmul import SoftmaxMatmulConfig
+    """Per stage ``(latency, period)`` in cycles of the modules ``sizes`` describes (each
+    configuration's :meth:`~hwgen.lib.row_ports.RowKernel.row_timing`)."""
     H, d = sizes.hidden, sizes.hidden // sizes.heads
-    lin = {name: LinearConfig(in_features=k, out_features=n, tiles=t, pes=sizes.pes)
-           for name, k, n, t in (("qkv", H, H, sizes.tiles), ("attn_out", H, H, sizes.tiles),
-                                 ("ffn_up", H, sizes.ffn, sizes.ffn_tiles),
-                                 ("ffn_down", sizes.ffn, H, sizes.down_tiles or sizes.ffn_tiles))}
-    cfgs = {name: ("ibert-linear", cfg) for name, cfg in lin.items()}
+    cfgs = {name: LinearConfig(in_features=k, out_features=n, tiles=t, pes=sizes.pes)
+            for name, k, n, t in (("qkv", H, H, sizes.tiles), ("attn_out", H, H, sizes.tiles),
+                                  ("ffn_up", H, sizes.ffn, sizes.ffn_tiles),
+                                  ("ffn_down", sizes.ffn, H, sizes.down_tiles or sizes.ffn_tiles))}
     for name, row, ident in (("quant", H, False), ("quant_res", H, True), ("quant_head", d, False)):
-        cfgs[name] = ("ibert-requant", RequantConfig(row=row, lanes=min(sizes.lanes, row),
-                                                     identity=ident))
-    cfgs["gelu"] = ("ibert-gelu", GeluConfig(row=sizes.ffn, lanes=sizes.lanes))
-    cfgs["ln"] = ("ibert-layernorm", LayerNormConfig(hidden=H, lanes=sizes.ln_lanes))
-    cfgs["softmax"] = ("ibert-softmax", SoftmaxConfig(max_len=sizes.max_len))
-    cfgs["attn_dot"] = ("ibert-attn-dot", AttnDotConfig(head_dim=d, max_len=sizes.max_len,
-                                                        pes=sizes.dot_pes))
-    cfgs["softmax_matmul"] = ("ibert-softmax-matmul", SoftmaxMatmulConfig(
-        head_dim=d, max_len=sizes.max_len, pes=sizes.smm_pes))
-    return {name: module_timing(kind, cfg, m) for name, (kind, cfg) in cfgs.items()}
+        cfgs[name] = RequantConfig(row=row, lanes=min(sizes.lanes, row), identity=ident)
+    cfgs["gelu"] = GeluConfig(row=sizes.ffn, lanes=sizes.lanes)
+    cfgs["ln"] = LayerNormConfig(hidden=H, lanes=sizes.ln_lanes)
+    cfgs["softmax"] = SoftmaxConfig(max_len=sizes.max_len)
+    cfgs["attn_dot"] = AttnDotConfig(head_dim=d, max_len=sizes.max_len, pes=sizes.dot_pes)
+    cfgs["softmax_matmul"] = SoftmaxMatmulConfig(head_dim=d, max_len=sizes.max_len,
+                                                 pes=sizes.smm_pes)
+    return {name: cfg.row_timing(m) for name, cfg in cfgs.items()}
 
 
 def encoder_timing(m, sizes=EncoderSizes(), hop_cycles=0, input_period=None):

@@ -38,7 +38,7 @@ from amaranth.hdl import Shape
 
 from .compute import KINDS, chain_plan, decode_rows, propagate
 from .describe import PortError, assign_ports
-from .row_layout import shape_range
+from ..lib.row_ports import shape_range
 
 __all__ = ["LayerGoldenError", "run", "ports", "evaluate_chain"]
 

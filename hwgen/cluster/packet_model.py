@@ -12,12 +12,15 @@ and every FPGA crossing costs a hop. This model replays one sentence through the
   (``input_beats`` each); the gateway's decoder is store-and-forward, its virtual GMI kernels
   then send as a GMI kernel does;
 * **compute kernel** (:class:`~hwgen.cluster.plan.ComputePlan`): row ``r`` is ready when row
-  ``r`` of each row input, and every row of each matrix input (:data:`MATRIX_INPUTS`: K of
-  the attention dot product, V of softmax x V), and for kernels that compute rows in groups
-  (:data:`ROW_GROUPS`) the rest of row ``r``'s group, has come out of its packet adapter (3 cycles
-  after the packet's last beat, :class:`~hwgen.cluster.adapter.PacketsToRows`); each module
-  of its chain then finishes the row at ``max(ready + latency, previous row + period)``
-  (:func:`~hwgen.cluster.latency.module_timing`, the kernels' own cycle models), plus the chain's regroupers
+  ``r`` of each row input, and every row of each matrix input (the module configuration's
+  :attr:`~hwgen.lib.row_ports.RowKernel.matrix_inputs`: K of the attention dot product, V of
+  softmax x V), and for kernels that compute rows in groups
+  (:meth:`~hwgen.lib.row_ports.RowKernel.row_group`) the rest of row ``r``'s group, has come
+  out of its packet adapter (3 cycles after the packet's last beat,
+  :class:`~hwgen.cluster.adapter.PacketsToRows`); each module of its chain then finishes the
+  row at ``max(ready + latency, previous row + period)``
+  (:meth:`~hwgen.lib.row_ports.RowKernel.row_timing`, the kernels' own cycle models), plus the
+  chain's regroupers
   (:meth:`~hwgen.cluster.compute.ChainPlan.cycle_model`); the row's packets
   (:func:`~hwgen.cluster.router_load.packet_sizes`) pass the row adapter (1 cycle) and
   leave the packet buffer 3 cycles after their last beat;
@@ -42,18 +45,9 @@ stalls. X and T are counted as
 
 import heapq
 
-from .latency import module_timing
 from .router_load import description_plans, packet_sizes
 
-__all__ = ["packet_timing", "module_timing", "MATRIX_INPUTS"]
-
-#: Chain inputs a kernel needs whole (every row of the sentence) before its first output row:
-#: module kind -> input fields.
-MATRIX_INPUTS = {"ibert-attn-dot": ("k",), "ibert-softmax-matmul": ("v",)}
-#: Kernels that take their row inputs in groups (the first module's kind -> rows per group
-#: from its configuration): softmax x V computes ``pes`` rows of P at a time, so its first
-#: output row waits for row ``pes - 1`` of P.
-ROW_GROUPS = {"ibert-softmax-matmul": lambda cfg: cfg.pes}
+__all__ = ["packet_timing"]
 
 
 class _Output:
@@ -181,13 +175,12 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
             matrix = set()
             for tid, name, _ in cp.sources:
                 port = ports[name]
-                if port.field in MATRIX_INPUTS.get(cp.chain.kinds[port.module], ()):
+                if port.field in cp.chain.configs[port.module].matrix_inputs:
                     matrix.add(tid)
-            mods = [module_timing(kind, cfg, m)
-                    for kind, cfg in zip(cp.chain.kinds, cp.chain.configs)]
+            mods = [cfg.row_timing(m) for cfg in cp.chain.configs]
             r = cp.r2p
             rows = 1 if cp.chain.output.framing == "beat" else m
-            group = ROW_GROUPS.get(cp.chain.kinds[0], lambda cfg: 1)(cp.chain.configs[0])
+            group = cp.chain.configs[0].row_group()
             comp[i] = {"cp": cp, "matrix": matrix, "mods": mods, "prev": [None] * len(mods),
                        "group": group,
                        "regroup": cp.chain.cycle_model()["regroup_latency"],

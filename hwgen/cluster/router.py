@@ -29,7 +29,8 @@ from ..errors import ConfigError
 from ..flow.model import SimOption, StreamModel
 from .packet import INTER_CLUSTER_BIT, Packet, packet_layout, to_beats
 from .switch import COUNTER_BITS, DROP_KINDS, PacketFilter, status_name
-from .traffic import counter_report, filter_golden, fuzz_stream, random_payload, sample_signals
+from .traffic import (StatusLines, counter_report, filter_golden, fuzz_stream, random_payload,
+                      sample_signals)
 
 __all__ = ["RouterConfig", "Router", "RouterModel", "cfg_layout", "pack_cfg", "addr_layout",
            "TEST_CONFIGS"]
@@ -193,7 +194,7 @@ class Router(wiring.Component):
         return m
 
 
-class RouterModel(StreamModel):
+class RouterModel(StatusLines, StreamModel):
     """Stimulus and golden model of ``cluster-router``.
 
     Tables: kernel ids 0..members-1 spread over this node and three other node addresses;

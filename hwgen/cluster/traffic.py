@@ -12,7 +12,8 @@ import numpy as np
 from .packet import INTER_CLUSTER_BIT, MALFORMED_KINDS, classify, split_packets
 from .switch import DROP_KINDS, status_name
 
-__all__ = ["malform", "fuzz_stream", "filter_golden", "counter_report", "FUZZ_KINDS"]
+__all__ = ["malform", "fuzz_stream", "filter_golden", "counter_report", "status_lines",
+           "StatusLines", "FUZZ_KINDS"]
 
 #: What the fuzzer makes: the malformations plus a well-formed packet to an unknown
 #: destination (``make_unknown``).
@@ -138,16 +139,33 @@ def random_payload(rng, lo, hi):
                         dtype=np.uint8).tobytes()
 
 
-def echo_status(result, echo):
+def status_lines(result):
     """``hwgen sim``'s lines for the status counters: dropped (per kind, total) and delivered,
     sampled from the simulation, beside the golden model's."""
     want, got = result["status_expected"], result.get("status") or {}
     dropped = {k: v for k, v in want.items() if k != "delivered" and k != "rounds"}
     total = sum(want[k] for k in dropped)
     got_total = sum(got.get(k, 0) for k in dropped) if got else None
-    echo(f"  status counters (simulation / golden): delivered {got.get('delivered', '-')}"
-         f" / {want.get('delivered', '-')}, dropped {got_total} / {total}"
-         + ("" if got and all(got.get(k) == v for k, v in want.items() if k in got)
-            else "  MISMATCH"))
-    echo("    dropped by kind: " + ", ".join(
-        f"{k} {got.get(k, '-')}/{v}" for k, v in dropped.items() if v or got.get(k)))
+    return [f"  status counters (simulation / golden): delivered {got.get('delivered', '-')}"
+            f" / {want.get('delivered', '-')}, dropped {got_total} / {total}"
+            + ("" if got and all(got.get(k) == v for k, v in want.items() if k in got)
+               else "  MISMATCH"),
+            "    dropped by kind: " + ", ".join(
+                f"{k} {got.get(k, '-')}/{v}" for k, v in dropped.items() if v or got.get(k))]
+
+
+def echo_status(result, echo):
+    """:func:`status_lines`, each passed to ``echo``."""
+    for line in status_lines(result):
+        echo(line)
+
+
+class StatusLines:
+    """Mixin of the stream models whose ``report`` carries status counters
+    (``status_expected``, :func:`counter_report`): ``hwgen sim`` prints
+    :func:`status_lines`."""
+
+    @staticmethod
+    def report_lines(config, result):
+        """:func:`status_lines` of ``result`` (none without sampled counters)."""
+        return status_lines(result) if "status_expected" in result else []

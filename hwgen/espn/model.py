@@ -134,4 +134,5 @@ class MaxSimModel(StreamModel):
     @staticmethod
     def report(config, stim, summary, samples):
         """The cycle model's prediction for this run (exact without stalls)."""
-        return {"model_cycles": config.performance(batch_shapes(stim))["cycles"]}
+        return {"model_cycles": config.performance(
+            config.workload(batches=batch_shapes(stim))).cycles}

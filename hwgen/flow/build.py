@@ -52,7 +52,7 @@ def build_accelerator(acc, config, board, out_dir, *, synth=False, log=None):
         "derived": config.derived(),
         "board": board.name if board is not None else None,
         "ports": ports,
-        "model": config.performance(),
+        "model": config.performance().to_dict(),
         "measured": latest_measurement(acc, config),
     }
     if synth:

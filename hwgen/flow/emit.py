@@ -16,28 +16,34 @@ clock / reset           ``ap_clk``, ``ap_rst_n`` (active low, synchronous)
 ======================  ===================================================================
 
 ``ports.json`` records every port and, for each stream, how payload fields are packed in TDATA
-(:class:`hwgen.flow.ports.StreamFormat`).
+(:class:`hwgen.flow.ports.StreamFormat`); ``resources.json`` the resource estimate counted from
+the netlist Amaranth built for the Verilog (:mod:`hwgen.flow.netlist_count`).
 """
 
+import contextlib
 import functools
 import hashlib
 import json
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 
 from amaranth.back import verilog
-from amaranth.hdl import ClockDomain, Module, Shape, Value
+from amaranth.hdl import ClockDomain, Module, Shape, Value, _ir
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from . import amaranth_backports, profile
+from . import amaranth_backports, netlist_count, profile
 from .ports import SIDEBANDS, StreamFormat
 from .tools import cache_dir, write_atomic
 
-__all__ = ["AXISTop", "emit_verilog", "to_verilog", "emit_accelerator", "source_fingerprint",
-           "stream_port_name", "drop_zero_memory_init"]
+__all__ = ["AXISTop", "emit_verilog", "to_verilog", "emit_accelerator", "cached_emission",
+           "source_fingerprint", "stream_port_name", "drop_zero_memory_init"]
+
+#: Files of a Verilog cache entry besides ``<top>.v`` (written last: the hit test).
+CACHE_FILES = ("ports.json", "resources.json")
 
 _ZERO_INIT = re.compile(r"^( *)initial begin\n(?:\1  \w+\[\d+\] = \d+'h0+;\n)+\1end\n",
                         re.MULTILINE)
@@ -171,26 +177,56 @@ class AXISTop(wiring.Component):
         return m
 
 
-def to_verilog(fragment, name, **kwargs):
+_CAPTURE = threading.Lock()
+
+
+@contextlib.contextmanager
+def _netlists_built(sink):
+    """Append every netlist Amaranth builds inside the block to ``sink`` (the conversion
+    builds one; Amaranth has no public hook for it, so ``_ir.build_netlist`` is wrapped for the
+    block's duration, under a lock)."""
+    with _CAPTURE:
+        original = _ir.build_netlist
+
+        def build(*args, **kwargs):
+            netlist = original(*args, **kwargs)
+            sink.append(netlist)
+            return netlist
+        _ir.build_netlist = build
+        try:
+            yield sink
+        finally:
+            _ir.build_netlist = original
+
+
+def to_verilog(fragment, name, *, netlists=None, **kwargs):
     """Amaranth's ``verilog.convert`` without source attributes, with
-    :mod:`hwgen.flow.amaranth_backports` applied (same text, faster netlist checks)."""
+    :mod:`hwgen.flow.amaranth_backports` applied (same text, faster netlist checks). With a
+    list ``netlists``, the netlist the conversion built is appended to it."""
     amaranth_backports.apply()
-    return verilog.convert(fragment, name=name, emit_src=False, **kwargs)
+    if netlists is None:
+        return verilog.convert(fragment, name=name, emit_src=False, **kwargs)
+    with _netlists_built(netlists):
+        return verilog.convert(fragment, name=name, emit_src=False, **kwargs)
 
 
 def emit_verilog(core, name, out_dir):
-    """Write ``<name>.v`` and ``ports.json`` for ``core`` into ``out_dir``.
+    """Write ``<name>.v``, ``ports.json`` and ``resources.json`` (the netlist's
+    :func:`~hwgen.flow.netlist_count.count`) for ``core`` into ``out_dir``.
 
     Returns ``(verilog_path, ports_dict)``.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     top = AXISTop(core)
-    text = drop_zero_memory_init(to_verilog(top, name))
-    v_path = out_dir / f"{name}.v"
-    write_atomic(v_path, text)        # other processes may be reading the cached copy
+    netlists = []
+    text = drop_zero_memory_init(to_verilog(top, name, netlists=netlists))
+    resources = netlist_count.count(netlists[-1])
+    write_atomic(out_dir / "resources.json", json.dumps(resources.to_dict()) + "\n")
     ports = {"top": name, **top.ports_description()}
     write_atomic(out_dir / "ports.json", json.dumps(ports, indent=2) + "\n")
+    v_path = out_dir / f"{name}.v"
+    write_atomic(v_path, text)        # other processes may be reading the cached copy
     return v_path, ports
 
 
@@ -217,32 +253,35 @@ def source_fingerprint():
     return h.hexdigest()
 
 
-def emit_accelerator(acc, config, out_dir):
-    """:func:`emit_verilog` of ``acc.build_core(config)`` as ``acc.top_name`` into ``out_dir``,
-    through the Verilog cache (``<cache>/verilog/<key>``, the key hashing the accelerator, the
-    configuration and :func:`source_fingerprint`). Amaranth's elaboration and netlist checks
-    take up to a minute on large tops (its combinational-cycle check visits every bit-to-bit
-    edge of wide operators); a configuration is emitted once per source tree, not once per
-    simulation, synthesis or build. Returns ``(verilog_path, ports_dict)``."""
-    out_dir = Path(out_dir)
+def cached_emission(acc, config):
+    """The Verilog cache entry of ``acc`` at ``config``: ``<cache>/verilog/<key>`` (the key
+    hashing the accelerator, the configuration and :func:`source_fingerprint`) holding
+    ``<top>.v``, ``ports.json`` and ``resources.json``, emitted on a miss. Amaranth's
+    elaboration and netlist checks take up to a minute on large tops (its combinational-cycle
+    check visits every bit-to-bit edge of wide operators); a configuration is emitted once per
+    source tree, not once per simulation, synthesis, build or estimate."""
     name = acc.top_name
     key = hashlib.sha256("\0".join([acc.name, name, config.digest(), source_fingerprint()])
                          .encode()).hexdigest()[:24]
     stored = cache_dir() / "verilog" / key
     start = time.monotonic()
-    if (stored / "ports.json").is_file() and (stored / f"{name}.v").is_file():
-        text = (stored / f"{name}.v").read_text()
-        ports_text = (stored / "ports.json").read_text()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        v_path = out_dir / f"{name}.v"
-        for path, content in ((v_path, text), (out_dir / "ports.json", ports_text)):
-            if not path.is_file() or path.read_text() != content:
-                write_atomic(path, content)
-        profile.record("emit", name, stored, time.monotonic() - start, True)
-        return v_path, json.loads(ports_text)
-    v_path, ports = emit_verilog(acc.build_core(config), name, out_dir)
-    stored.mkdir(parents=True, exist_ok=True)
-    write_atomic(stored / "ports.json", (out_dir / "ports.json").read_text())
-    write_atomic(stored / f"{name}.v", v_path.read_text())      # written last: the hit test
-    profile.record("emit", name, stored, time.monotonic() - start, False)
-    return v_path, ports
+    hit = (stored / f"{name}.v").is_file() and all((stored / f).is_file() for f in CACHE_FILES)
+    if not hit:
+        emit_verilog(acc.build_core(config), name, stored)
+    profile.record("emit", name, stored, time.monotonic() - start, hit)
+    return stored
+
+
+def emit_accelerator(acc, config, out_dir):
+    """:func:`emit_verilog` of ``acc.build_core(config)`` as ``acc.top_name`` into ``out_dir``,
+    through the Verilog cache (:func:`cached_emission`). Returns ``(verilog_path,
+    ports_dict)``."""
+    stored = cached_emission(acc, config)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for file in (f"{acc.top_name}.v",) + CACHE_FILES:
+        content = (stored / file).read_text()
+        path = out_dir / file
+        if not path.is_file() or path.read_text() != content:
+            write_atomic(path, content)
+    return out_dir / f"{acc.top_name}.v", json.loads((stored / "ports.json").read_text())

@@ -192,6 +192,9 @@ class MemoryKernel(wiring.Component):
         The accelerator core; its ``sync`` domain runs on ``ap_clk``.
     board : hwgen.boards.Board, optional
         Gives the AXI data width (``board.primary_memory.axi_data_bits``); default 512 bits.
+    memory_banks : dict, optional
+        ``{core master member: Vitis bank}`` (the configuration's
+        :meth:`~hwgen.config.Config.memory_banks`); other masters go round-robin.
     data_bits : int, optional
         Overrides the AXI data width.
     max_burst : int
@@ -210,7 +213,8 @@ class MemoryKernel(wiring.Component):
         One per core stream; read-only for inputs, write-only for outputs.
     <core master> : the core's own AXI4 masters (e.g. ``m_axi_ch0``), passed through with the
         kernel argument ``<name>_ptr`` added to every address: the base of the buffer the host
-        loaded for that master. The core's ``memory_banks`` (if any) says which bank each needs.
+        loaded for that master. ``memory_banks`` (the configuration's
+        :meth:`~hwgen.config.Config.memory_banks`) says which bank each needs.
     interrupt : ``Out(1)``
 
     When converted with :func:`flat_ports`, interface members become ``<member>_<signal>``
@@ -223,9 +227,10 @@ class MemoryKernel(wiring.Component):
     their count.
     """
 
-    def __init__(self, core, board=None, *, data_bits=None, max_burst=256, max_outstanding=8,
-                 fifo_words=None):
+    def __init__(self, core, board=None, *, memory_banks=None, data_bits=None, max_burst=256,
+                 max_outstanding=8, fifo_words=None):
         self._core = core
+        self._memory_banks = dict(memory_banks or {})
         self.data_bits = data_bits or (board.primary_memory.axi_data_bits if board is not None
                                        else DEFAULT_DATA_BITS)
         self.board = board
@@ -265,7 +270,7 @@ class MemoryKernel(wiring.Component):
         named = mem is not None and bool(mem.vitis_bank)
         out = {s.port: (mem.bank(k % mem.count) if named else None)
                for k, s in enumerate(self.streams)}
-        wanted = getattr(self._core, "memory_banks", None) or {}
+        wanted = self._memory_banks
         for k, (name, _) in enumerate(self.memories):
             out[name] = wanted.get(name) or (mem.bank(k % mem.count) if named else None)
         return out
@@ -440,7 +445,7 @@ def emit_kernel(acc, cfg, board, out_dir, **options):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = kernel_name(acc)
-    kernel = MemoryKernel(acc.build_core(cfg), board, **options)
+    kernel = MemoryKernel(acc.build_core(cfg), board, memory_banks=cfg.memory_banks(), **options)
     text = drop_zero_memory_init(to_verilog(kernel, name, ports=flat_ports(kernel)))
     (out_dir / f"{name}.v").write_text(text)
     return kernel.description(name)

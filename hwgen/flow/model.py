@@ -26,7 +26,11 @@ Optional (defaults in :class:`StreamModel`): :attr:`~StreamModel.latency_from`,
 :attr:`~StreamModel.sample_signals`, :attr:`~StreamModel.sim_options`,
 :attr:`~StreamModel.memory_trial`, :meth:`~StreamModel.memories`,
 :meth:`~StreamModel.cycles_bound`, :meth:`~StreamModel.report`,
-:meth:`~StreamModel.sim_sets`.
+:meth:`~StreamModel.report_lines`, :meth:`~StreamModel.sim_sets`.
+
+The configuration answers the questions every tool asks of any accelerator (see
+:mod:`hwgen.contract`): ``config.workload(...)``, ``config.performance(workload)``,
+``config.memory_banks()``; :func:`hwgen.flow.resources.estimate` counts its resources.
 """
 
 from dataclasses import dataclass
@@ -109,6 +113,13 @@ class StreamModel:
         """Extra result fields (recall, counters) from the finished run's ``summary`` and the
         :attr:`sample_signals` ``samples``. Default: none."""
         return {}
+
+    @staticmethod
+    def report_lines(config, result):
+        """Lines ``hwgen sim`` prints below its summary line for ``result`` (the dict
+        :func:`hwgen.flow.simulate.simulate` returns, :meth:`report`'s fields included).
+        Default: none."""
+        return []
 
     @staticmethod
     def sim_sets(options, sets):

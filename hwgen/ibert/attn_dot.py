@@ -102,6 +102,11 @@ class AttnDotConfig(Config, RowKernel):
                 * self.head_dim * 8}
 
 
+def _banked(bank, addr):
+    """The address ``addr`` in bank ``bank`` (the bank bit on top)."""
+    return Cat(addr, bank)
+
+
 def row_layout(d, name):
     """Payload of ``i_q``/``i_k``: one row, field ``name`` (``d`` int8 elements), and
     ``last`` (TLAST, the matrix's last row)."""
@@ -160,15 +165,23 @@ class AttnDot(wiring.Component):
         })
 
     def elaborate(self, platform):
-        c = self.config
         m = Module()
+        kmems, kfull, mk, rounds, kdone = self._k_loader(m)
+        q_rd, qfull, qrbank, qflag, qload = self._q_loader(m)
+        ser, j, issue, final_j, final_r, count, row_last = self._issue(
+            m, kmems, kfull, mk, rounds, kdone, q_rd, qfull, qrbank, qflag, qload)
+        self._datapath(m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last)
+        return m
+
+    def _k_loader(self, m):
+        """K loader: row ``c`` of ``i_k`` into PE ``c % pes``'s double-buffered memory at
+        address ``c // pes``, then zero rows up to a multiple of ``pes``. Returns ``(kmems,
+        kfull, mk, rounds, kdone)``: the memories' ports, the banks loaded (updated by
+        :meth:`_issue`), each bank's row and round counts, the strobe of a matrix's end."""
+        c = self.config
         d, P = c.head_dim, c.pes
         row_shape = data.ArrayLayout(signed(8), d)
         rbits = (c.max_rounds - 1).bit_length()
-
-        def banked(bank, addr):          # addr is rbits wide: bank bit on top
-            return Cat(addr, bank)
-
         # -- K loader: row c -> PE c % P, address c // P; then zero rows up to a multiple of P
         kmems = []
         for p in range(P):
@@ -190,7 +203,7 @@ class AttnDot(wiring.Component):
             kdone.eq(kwrite & (kpe == P - 1) & (kpad | self.i_k.payload.last)),
         ]
         for p, (wr, _) in enumerate(kmems):
-            m.d.comb += [wr.addr.eq(banked(kwbank, kaddr)),
+            m.d.comb += [wr.addr.eq(_banked(kwbank, kaddr)),
                          wr.data.eq(Mux(kpad, 0, self.i_k.payload.k)),
                          wr.en.eq(kwrite & (kpe == p))]
         with m.If(kwrite):
@@ -206,7 +219,14 @@ class AttnDot(wiring.Component):
             for b in range(2):
                 with m.If(kwbank == b):
                     m.d.sync += [mk[b].eq(kcount + kload), rounds[b].eq(kaddr + 1)]
+        return kmems, kfull, mk, rounds, kdone
 
+    def _q_loader(self, m):
+        """Q loader: ``i_q`` rows into two row slots. Returns ``(q_rd, qfull, qrbank, qflag,
+        qload)``: the read port, the slots loaded (updated by :meth:`_issue`), the slot read,
+        each slot's end-of-matrix flag and the load strobe."""
+        c = self.config
+        row_shape = data.ArrayLayout(signed(8), c.head_dim)
         # -- Q loader: two row slots --------------------------------------------------------------
         qmem = memory.Memory(shape=row_shape, depth=2, init=[])
         m.submodules.qmem = qmem
@@ -225,7 +245,14 @@ class AttnDot(wiring.Component):
             for b in range(2):
                 with m.If(qwbank == b):
                     m.d.sync += qflag[b].eq(self.i_q.payload.last)
+        return q_rd, qfull, qrbank, qflag, qload
 
+    def _issue(self, m, kmems, kfull, mk, rounds, kdone, q_rd, qfull, qrbank, qflag, qload):
+        """Issue: round ``r``, step ``j`` of the oldest Q row, a round's last step waiting
+        for the output serializer ``ser`` (created here, driving ``o_s``). Returns ``(ser, j,
+        issue, final_j, final_r, count, row_last)``."""
+        c = self.config
+        d, P = c.head_dim, c.pes
         # -- issue: round r, step j of the oldest Q row ------------------------------------------
         m.submodules.ser = ser = GroupSerializer(SCORE, lanes=P, latency=c.latency)
         wiring.connect(m, wiring.flipped(self.o_s), ser.o)
@@ -252,7 +279,7 @@ class AttnDot(wiring.Component):
             q_rd.addr.eq(qrbank),
         ]
         for _, rd in kmems:
-            m.d.comb += rd.addr.eq(banked(krbank, r))
+            m.d.comb += rd.addr.eq(_banked(krbank, r))
         with m.If(issue):
             m.d.sync += j.eq(j + 1)
             with m.If(final_j):
@@ -263,7 +290,13 @@ class AttnDot(wiring.Component):
                         m.d.sync += krbank.eq(~krbank)
         k_release = row_done & row_last
         m.d.sync += [kfull.eq(kfull + kdone - k_release), qfull.eq(qfull + qload - row_done)]
+        return ser, j, issue, final_j, final_r, count, row_last
 
+    def _datapath(self, m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last):
+        """Datapath: each PE multiplies element ``j`` of the Q row by element ``j`` of its K
+        row and accumulates over the round; the round's scores enter ``ser`` ``latency``
+        cycles after its last step."""
+        c = self.config
         # -- datapath: select element j, multiply, accumulate ----------------------------------
         j1 = delay(m, j, 1, name="j")
         v3 = delay(m, issue, 3, name="v")
@@ -293,7 +326,6 @@ class AttnDot(wiring.Component):
             item = ser.i_items[p]
             m.d.comb += [item.s.eq(acc), item.last_row.eq(row_last_d),
                          item.last.eq(last_round_d & (n_d == p + 1))]
-        return m
 
 
 class AttnDotModel(StreamModel):

@@ -10,6 +10,9 @@ Each function returns a dictionary:
 ``cycles_per_matrix``
     One matrix alone: from its first input beat to its last output beat, as ``hwgen sim``'s
     ``cycles`` measures it.
+``cycles``
+    The same figure under the name every accelerator's cycle model gives its whole workload
+    (:class:`hwgen.contract.Performance`).
 ``latency_cycles``
     From the first beat of the model's ``latency_from`` input to the first output beat.
 
@@ -42,7 +45,7 @@ def linear_cycles(cfg, rows=None):
            "macs_per_cycle": cfg.tiles * cfg.pes}
     if rows:
         out["matrix_interval"] = rows * g * s
-        out["cycles_per_matrix"] = s + rows * g * s + lat + FIFO
+        out["cycles_per_matrix"] = out["cycles"] = s + rows * g * s + lat + FIFO
     return out
 
 
@@ -66,6 +69,7 @@ def attn_dot_cycles(cfg, m=None, m_q=None):
     serial = cfg.latency + FIFO        # last step -> first score of the round at the output
     return {"cycles_per_row": r * d, "matrix_interval": mq * r * d,
             "cycles_per_matrix": padded + mq * r * d + n_last + serial,
+            "cycles": padded + mq * r * d + n_last + serial,
             "latency_cycles": padded + d + serial, "macs_per_cycle": p}
 
 
@@ -99,5 +103,6 @@ def softmax_matmul_cycles(cfg, m=None, m_q=None):
     interval = (mq - n_last) * b + max(n_last * b, mk)
     return {"cycles_per_row": interval / mq, "matrix_interval": interval,
             "cycles_per_matrix": last_start + mk + n_last + serial,
+            "cycles": last_start + mk + n_last + serial,
             "latency_cycles": max(n_first * b, mk) + mk + serial,
             "macs_per_cycle": p * cfg.head_dim}

@@ -113,6 +113,12 @@ class SoftmaxMatmulConfig(Config, RowKernel):
                 "output_fifo_rows": self.latency + 3 * self.pes + 4}
 
 
+def _banked(bank, addr, bits):
+    """The address ``addr`` (``bits`` wide) in bank ``bank`` (the bank bit on top)."""
+    assert len(addr) == bits
+    return Cat(addr, bank)
+
+
 def v_layout(d):
     """Payload of ``i_v``: one row ``v`` of ``d`` int8 elements and ``last`` (TLAST, the
     matrix's last row)."""
@@ -183,16 +189,21 @@ class SoftmaxMatmul(wiring.Component):
         })
 
     def elaborate(self, platform):
-        c = self.config
         m = Module()
-        d, P = c.head_dim, c.pes
+        v_rd, vfull, vrbank, mk, vdone = self._v_loader(m)
+        pmems, pfull, prbank, rows, gend, pdone = self._p_loader(m)
+        ser, k, kl, issue, final_k, rows_cur, group_last = self._issue(
+            m, v_rd, vfull, vrbank, mk, vdone, pmems, pfull, prbank, rows, gend, pdone)
+        self._datapath(m, ser, v_rd, pmems, k, kl, issue, final_k, rows_cur, group_last)
+        return m
+
+    def _v_loader(self, m):
+        """V loader: ``i_v`` rows into the double-buffered V memory. Returns ``(v_rd, vfull,
+        vrbank, mk, vdone)``: the read port, the banks loaded (updated by :meth:`_issue`),
+        the bank read, each bank's row count and the strobe of a matrix's last row."""
+        c = self.config
+        d = c.head_dim
         lbits = (c.max_len - 1).bit_length()
-        bbits = (c.max_beats - 1).bit_length()
-
-        def banked(bank, addr, bits):    # addr is bits wide: bank bit on top
-            assert len(addr) == bits
-            return Cat(addr, bank)
-
         # -- V loader ---------------------------------------------------------------------------
         vmem = memory.Memory(shape=data.ArrayLayout(signed(8), d), depth=2 << lbits, init=[])
         m.submodules.vmem = vmem
@@ -206,7 +217,7 @@ class SoftmaxMatmul(wiring.Component):
             self.i_v.ready.eq(vfull < 2),
             vload.eq(self.i_v.valid & self.i_v.ready),
             vdone.eq(vload & self.i_v.payload.last),
-            v_wr.addr.eq(banked(vwbank, vrow, lbits)),
+            v_wr.addr.eq(_banked(vwbank, vrow, lbits)),
             v_wr.data.eq(self.i_v.payload.v),
             v_wr.en.eq(vload),
         ]
@@ -217,7 +228,16 @@ class SoftmaxMatmul(wiring.Component):
                 for b in range(2):
                     with m.If(vwbank == b):
                         m.d.sync += mk[b].eq(vrow + 1)
+        return v_rd, vfull, vrbank, mk, vdone
 
+    def _p_loader(self, m):
+        """P loader: groups of up to ``pes`` rows of ``i_p``, row ``s`` of a group into PE
+        ``s``'s double-buffered memory. Returns ``(pmems, pfull, prbank, rows, gend, pdone)``:
+        the memories' ports, the banks loaded (updated by :meth:`_issue`), the bank read,
+        each bank's row count and end-of-matrix flag, and the strobe of a group's end."""
+        c = self.config
+        P = c.pes
+        bbits = (c.max_beats - 1).bit_length()
         # -- P loader: groups of up to P rows, row s of a group into PE s's memory ----------------
         pmems = []
         for s in range(P):
@@ -239,7 +259,7 @@ class SoftmaxMatmul(wiring.Component):
             pdone.eq(pload & payload.last & ((slot == P - 1) | payload.last_row)),
         ]
         for s, (wr, _) in enumerate(pmems):
-            m.d.comb += [wr.addr.eq(banked(pwbank, beat, bbits)), wr.data.eq(payload.p),
+            m.d.comb += [wr.addr.eq(_banked(pwbank, beat, bbits)), wr.data.eq(payload.p),
                          wr.en.eq(pload & (slot == s))]
         with m.If(pload):
             m.d.sync += beat.eq(beat + 1)
@@ -250,7 +270,17 @@ class SoftmaxMatmul(wiring.Component):
             for b in range(2):
                 with m.If(pwbank == b):
                     m.d.sync += [rows[b].eq(slot + 1), gend[b].eq(payload.last_row)]
+        return pmems, pfull, prbank, rows, gend, pdone
 
+    def _issue(self, m, v_rd, vfull, vrbank, mk, vdone, pmems, pfull, prbank, rows, gend,
+               pdone):
+        """Issue: step ``k`` (V row ``k``) of the oldest loaded group, the last step waiting
+        for the output serializer ``ser`` (created here, driving ``o_o``). Returns ``(ser, k,
+        kl, issue, final_k, rows_cur, group_last)``."""
+        c = self.config
+        d, P = c.head_dim, c.pes
+        lbits = (c.max_len - 1).bit_length()
+        bbits = (c.max_beats - 1).bit_length()
         # -- issue: step k of the oldest group -----------------------------------------------------
         o_item = o_layout(d, c.acc_bits)
         m.submodules.ser = ser = GroupSerializer(o_item, lanes=P, latency=c.latency)
@@ -277,10 +307,10 @@ class SoftmaxMatmul(wiring.Component):
             ser.take.eq(issue & final_k),
             ser.count.eq(rows_cur),
             group_done.eq(issue & final_k),
-            v_rd.addr.eq(banked(vrbank, k, lbits)),
+            v_rd.addr.eq(_banked(vrbank, k, lbits)),
         ]
         for _, rd in pmems:
-            m.d.comb += rd.addr.eq(banked(prbank, kb, bbits))
+            m.d.comb += rd.addr.eq(_banked(prbank, kb, bbits))
         with m.If(group_done):
             m.d.sync += gap.eq(rows_cur - 1)
         with m.Elif(gap != 0):
@@ -295,7 +325,14 @@ class SoftmaxMatmul(wiring.Component):
                     m.d.sync += vrbank.eq(~vrbank)
         v_release = group_done & group_last
         m.d.sync += [vfull.eq(vfull + vdone - v_release), pfull.eq(pfull + pdone - group_done)]
+        return ser, k, kl, issue, final_k, rows_cur, group_last
 
+    def _datapath(self, m, ser, v_rd, pmems, k, kl, issue, final_k, rows_cur, group_last):
+        """Datapath: each PE selects lane ``k mod pes`` of its P beat, multiplies it by the V
+        row (``head_dim`` products) and accumulates over the group's steps; the group's
+        results enter ``ser`` ``latency`` cycles after its last step."""
+        c = self.config
+        d = c.head_dim
         # -- datapath: lane select, d products per PE, accumulate ----------------------------------
         kl1 = delay(m, kl, 1, name="kl")
         v3 = delay(m, issue, 3, name="v")
@@ -322,7 +359,6 @@ class SoftmaxMatmul(wiring.Component):
                         m.d.sync += acc.eq(acc + prod)
                 m.d.comb += item.o[e].eq(acc)
             m.d.comb += item.last.eq(end_d & (n_d == s + 1))
-        return m
 
 
 class SoftmaxMatmulModel(StreamModel):

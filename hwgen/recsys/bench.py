@@ -63,7 +63,7 @@ def model_vs_simulation(echo=print, fc_cases=FC_CASES, embedding_cases=EMBEDDING
         cfg = acc.config.from_dict(values)
         echo(f"  simulating recsys-fc {_short(values)} (1 and {FC_ITEMS} inferences) ...")
         per, lat, bad = measure(acc, cfg, FC_ITEMS)
-        perf = cfg.performance(FC_ITEMS)
+        perf = cfg.performance(cfg.workload(inferences=FC_ITEMS))
         rows.append(_row_of("recsys-fc", values, perf["cycles_per_inference"], per,
                             perf["latency_cycles"], lat, bad))
     acc = registry.get("recsys-embedding")
@@ -76,9 +76,10 @@ def model_vs_simulation(echo=print, fc_cases=FC_CASES, embedding_cases=EMBEDDING
         per, lat, bad = measure(acc, cfg, EMBEDDING_ITEMS)
         note = ""
         if memory_latency is None:
-            memory_latency = lat - cfg.performance(memory_latency=0)["latency_cycles"]
+            memory_latency = lat - cfg.performance(cfg.workload(memory_latency=0)).latency_cycles
             note = f"testbench memory latency calibrated here: {memory_latency} cycles"
-        perf = cfg.performance(EMBEDDING_ITEMS, memory_latency=memory_latency)
+        perf = cfg.performance(cfg.workload(items=EMBEDDING_ITEMS,
+                                               memory_latency=memory_latency))
         rows.append(_row_of("recsys-embedding", values, perf["initiation_interval"], per,
                             perf["latency_cycles"], lat, bad, note))
     return rows

@@ -59,7 +59,8 @@ def query_cycles(config, words, unit_items, results):
     builder = c.lut_config()
     lut = 256 * builder.steps + 7 + builder.tree_latency + c.codes_per_word - 1
     unit = c.unit_config(True)
-    scan = unit.performance(list(words))["cycles"] - (unit.latency + 2) - 256 * builder.steps
+    scan = unit.performance(unit.workload(scans=words)).cycles - (unit.latency + 2) \
+        - 256 * builder.steps
     ks = c.kselect_config()
     survivors = sum(max(1, min(ks.l1, n)) for n in queue_items(c, unit_items))
     systolic = ks.queue == "systolic"

@@ -329,3 +329,25 @@ class ChamVSNodeModel(StreamModel):
             out["per_query_stats"] = [{k2: int(v[i]) for k2, v in cols.items()}
                                       for i in range(len(samples))]
         return out
+
+    @staticmethod
+    def report_lines(config, result):
+        """Recall of the node and of faiss, the share of identical top-k lists and, with the
+        performance counters, the per-query cycle breakdown (none for a shard without ground
+        truth)."""
+        if "recall" not in result:
+            return []
+        r = result
+        recall = ", ".join(f"{key} {val:.3f}" for key, val in r["recall"].items())
+        faiss = ", ".join(f"{key} {val:.3f}" for key, val in r["faiss_recall"].items())
+        lines = [f"  {r['dataset']}, {r['queries']} queries, nprobe {r['nprobe']}: node "
+                 f"{recall}; faiss IndexIVFPQ {faiss}; identical top-k ids in "
+                 f"{100 * r['identical_topk_fraction']:.1f}% of queries"]
+        if "per_query_cycles" in r:
+            pq = r["per_query_cycles"]
+            lines.append(f"  cycles per query: {pq['total']:.0f} (LUT {pq['lut']:.0f}, scan "
+                         f"{pq['scan']:.0f}, drain {pq['drain']:.0f}); scan efficiency "
+                         f"{r['scan_efficiency']:.3f} (memory-side), "
+                         f"{r['scan_codes_per_cycle']:.2f} codes/cycle of "
+                         f"{r['scan_limit_codes_per_cycle']} while scanning")
+        return lines
