@@ -1,7 +1,6 @@
 """What every command line of hwgen shares: one error reporter (one line on stderr and an exit
-status, never a traceback unless ``--debug``) and one progress logger. ``hwgen.cli`` and the
-domain command lines (``hwgen.host.*.cli``) import it; it imports only click and
-:mod:`hwgen.errors`, so no command line reaches back into another."""
+status, never a traceback unless ``--debug``) and one progress logger. Every group of
+:mod:`hwgen.cli` imports it; it imports only click and :mod:`hwgen.errors`."""
 
 import functools
 import os

@@ -86,8 +86,12 @@ def test_bad_options_name_the_parameter(tmp_path, opts, param):
 
 @pytest.mark.parametrize("args,needle", [
     (["--tokens", "3", "--loss", "0.1"], "loss"),
-    (["--tokens", "3", "--latency-ms", "2"], "latency_ms"),
+    (["--tokens", "3", "--hub-delay-ms", "2"], "hub_delay_ms"),
+    (["--tokens", "3", "--latency-ms", "2"], "hub_delay_ms"),     # the old spelling
+    (["--tokens", "3", "--hop", "100", "--latency-ns", "500"], "hop"),
     (["--hop", "100"], "hop"),
+    (["--latency-ns", "1100"], "latency_ns"),
+    (["--clock-mhz", "250"], "clock_mhz"),
     (["--sentence", "Vector search"], "sentence"),
     (["--tokens", "3", "--sentence", "  "], "sentence"),
 ])

@@ -43,7 +43,7 @@ def test_every_model_follows_the_contract(name):
 
 
 def test_sim_option_flags_are_not_shared_with_common_options():
-    from hwgen.cli import sim
+    from hwgen.cli.flow import sim
     common = {flag for p in sim.params for flag in getattr(p, "opts", [])}
     for name in NAMES:
         for opt in registry.get(name).model.sim_options:

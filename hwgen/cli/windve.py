@@ -1,4 +1,5 @@
-"""``hwgen serve run | stress | calibrate``: the WindVE embedding service from the command line."""
+"""``hwgen windve run | stress | calibrate``: the WindVE embedding service from the command line
+(``hwgen serve`` is the old name of the group, still working)."""
 
 import asyncio
 import json
@@ -9,12 +10,12 @@ from pathlib import Path
 
 import click
 
-from ... import checks
-from ...cli_support import log as _log
-from ...cli_support import reports_errors
-from ...errors import ConfigError
+from .. import checks
+from ..cli_support import log as _log
+from ..cli_support import reports_errors
+from ..errors import ConfigError
 
-__all__ = ["serve"]
+__all__ = ["windve", "parse_depths"]
 
 DEPTH_ALIASES = {"main": "main", "accelerator": "main", "npu": "main", "gpu": "main",
                  "fpga": "main", "cpu": "cpu", "aux": "cpu"}
@@ -39,7 +40,7 @@ def parse_depths(text):
 
 
 def _plan(devices, heterogeneous):
-    from . import devices as dev
+    from ..host.windve import devices as dev
     instances = dev.parse_devices(devices) if devices else dev.detect()
     plan = dev.plan(instances, heterogeneous)
     for line in dev.describe(plan):
@@ -61,18 +62,18 @@ def _check_port(host, port):
 
 
 @click.group()
-def serve():
+def windve():
     """WindVE: embedding serving that overflows peak load from the accelerator to the CPU."""
 
 
-@serve.command("run")
+@windve.command("run")
 @click.option("--devices", help="Declared instances, e.g. cpu:1,cpu:1 or gpu:0,cpu:8@0-7 "
               "(KIND[:THREADS or INDEX][@CORES]); default: detect. With only CPU instances "
               "declared, the first one emulates the accelerator.")
 @click.option("--heterogeneous/--no-heterogeneous", default=False, show_default=True,
               help="Overflow to the CPU queue when the main queue is full.")
 @click.option("--depths", help="Queue depths in texts, main=N,cpu=N (default main=16,cpu=4; "
-              "`hwgen serve calibrate` measures them).")
+              "`hwgen windve calibrate` measures them).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8088, show_default=True)
 @click.option("--max-batch", type=int, default=32, show_default=True,
@@ -88,7 +89,7 @@ def serve_run(devices, heterogeneous, depths, host, port, max_batch, max_wait_ms
               truncate):
     """Serve POST /v1/embeddings, GET /metrics and GET /health until interrupted."""
     import uvicorn
-    from .service import EmbeddingService, create_app
+    from ..host.windve.service import EmbeddingService, create_app
     depth = parse_depths(depths)
     checks.at_least("max_batch", max_batch, 1)
     checks.at_least("max_texts", max_texts, 1)
@@ -138,7 +139,7 @@ def _levels(text):
     return levels
 
 
-@serve.command("stress")
+@windve.command("stress")
 @click.option("--url", default="http://127.0.0.1:8088", show_default=True)
 @click.option("--slo", type=float, default=1.0, show_default=True,
               help="End-to-end latency limit in seconds.")
@@ -154,7 +155,7 @@ def _levels(text):
 @reports_errors
 def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
     """Closed-loop stress test of a running service: main-only vs heterogeneous."""
-    from . import stress
+    from ..host.windve import stress
     _check_inputs([slo], json_path, plot_path)
     checks.at_least("rounds", rounds, 1)
     texts = stress.default_texts()
@@ -182,8 +183,8 @@ def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
         sys.exit(1)
 
 
-@serve.command("calibrate")
-@click.option("--devices", help="As for `hwgen serve run`.")
+@windve.command("calibrate")
+@click.option("--devices", help="As for `hwgen windve run`.")
 @click.option("--heterogeneous/--no-heterogeneous", default=True, show_default=True,
               help="Also calibrate the CPU (auxiliary) instances.")
 @click.option("--slo", "slos", type=float, multiple=True, help="SLO in seconds "
@@ -197,8 +198,8 @@ def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
 def serve_calibrate(devices, heterogeneous, slos, max_profile, json_path, plot_path):
     """Fit t = alpha*C + beta per device, predict the queue depths, compare with a stress
     test in steps of 8 (the paper's Table 3)."""
-    from . import stress
-    from .calibrate import calibrate, plot_calibration
+    from ..host.windve import stress
+    from ..host.windve.calibrate import calibrate, plot_calibration
     slos = slos or (1.0, 2.0)
     _check_inputs(slos, json_path, plot_path)
     checks.at_least("max_profile", max_profile, 2)
@@ -211,7 +212,7 @@ def serve_calibrate(devices, heterogeneous, slos, max_profile, json_path, plot_p
         click.echo(f"{d['role']} ({'+'.join(d['instances'])}): alpha {d['alpha']:.5f} s per "
                    f"request, beta {d['beta']:.4f} s")
     first = slos[0]
-    click.echo(f"for an SLO of {first:g} s: hwgen serve run --depths " + ",".join(
+    click.echo(f"for an SLO of {first:g} s: hwgen windve run --depths " + ",".join(
         f"{d['role']}={d['depths'][first]['final']}" for d in result["devices"]))
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")

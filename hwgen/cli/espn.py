@@ -5,9 +5,10 @@ from pathlib import Path
 
 import click
 
-from ... import checks
-from ...cli_support import reports_errors
-from ...errors import ConfigError
+from .. import checks
+from ..cli_support import reports_errors
+from ..errors import ConfigError
+from .common import alias_option, k_option
 
 __all__ = ["espn"]
 
@@ -50,7 +51,7 @@ def espn():
 def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, seed, threads):
     """Encode CORPUS (papers, lee, wiki, pydoc, all, A+B, or a .txt/.jsonl file or folder)
     into an ESPN index folder: token embeddings on disk, IVF index of pooled vectors."""
-    from .index import build
+    from ..host.espn.index import build
     checks.output_dir("out", out)
     checks.at_least("words", words, 8, 400)
     checks.at_least("seed", seed, 0)
@@ -67,24 +68,27 @@ def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, s
 @espn.command("bench")
 @click.argument("index_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
+@click.option("--plot-dir", "plot_dir", type=click.Path(file_okay=False),
               help="Folder for hit_rate.png, batch.png and partial.png.")
+@alias_option("--plot", "plot_dir", type=click.Path(file_okay=False))
 @click.option("--queries", type=int, default=200, show_default=True)
 @click.option("--warmup", type=int, default=50, show_default=True)
 @click.option("--nprobe", type=int, help="IVF lists probed (default: a quarter of them).")
 @click.option("--candidates", type=int, default=100, show_default=True,
               help="Candidates from the ANN that are re-ranked.")
-@click.option("-k", "k", type=int, default=10, show_default=True)
-@click.option("--prefetch-step", "steps", default="0.05,0.1,0.3", show_default=True,
+@k_option(10, "Passages returned per query.")
+@click.option("--prefetch-steps", "steps", default="0.05,0.1,0.3", show_default=True,
               help="Prefetch steps to measure: fractions of nprobe (delta / eta) after which "
                    "the prefetch starts.")
+@alias_option("--prefetch-step", "steps")
 @click.option("--budgets", default="0.25,0.5,1,2", show_default=True,
               help="Memory budgets: fractions of the token file (plus 400 MiB for the "
                    "process), each enforced by a cgroup; 'none' to skip.")
-@click.option("--threads", type=int, default=4, show_default=True,
+@click.option("--read-threads", "threads", type=int, default=4, show_default=True,
               help="Reading threads per pool (reads in flight). On 2 cores 4 measured best: "
                    "ESPN@10% 17.2 ms vs 22.7 ms with 16, the reads and early MaxSim then "
                    "compete with the ANN for the CPU.")
+@alias_option("--threads", "threads", type=int)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-lee", is_flag=True, help="Skip the Lee corpus quality check.")
 @reports_errors
@@ -92,17 +96,17 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
                budgets, threads, seed, no_lee):
     """Latency per retrieval method and memory budget, prefetch hit rates, partial
     re-ranking, batch size, int8 re-ranking, Lee quality (the paper's Tables 4-5, Figs. 6-8)."""
-    from . import bench, report
+    from ..host.espn import bench, report
     checks.at_least("queries", queries, 1)
     checks.at_least("warmup", warmup, 0)
     checks.at_least("candidates", candidates, 1)
     checks.at_least("k", k, 1, candidates)
-    checks.at_least("threads", threads, 1, 256)
+    checks.at_least("read_threads", threads, 1, 256)
     if nprobe is not None:
         checks.at_least("nprobe", nprobe, 1)
-    step_values = _fractions("prefetch-step", steps)
+    step_values = _fractions("prefetch-steps", steps)
     if any(s >= 1 for s in step_values):
-        raise ConfigError("prefetch-step", "each step is a fraction of nprobe below 1 "
+        raise ConfigError("prefetch-steps", "each step is a fraction of nprobe below 1 "
                           "(0.1 = after 10% of the lists)", value=steps)
     budget_values = () if budgets.strip().lower() == "none" else _fractions("budgets", budgets)
     if json_path:
@@ -138,14 +142,14 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
 @click.option("--rerank-count", type=int, help="Re-rank only the ANN's first k' candidates.")
 @click.option("--rerank", type=click.Choice(["float16", "int8"]), default="float16",
               show_default=True, help="int8: score with the maxsim unit's golden model.")
-@click.option("-k", "k", type=int, default=10, show_default=True)
+@k_option(10, "Passages returned.")
 @reports_errors
 def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank_count, rerank,
                k):
     """Search INDEX_DIR for TEXT and print the top-k passages with their MaxSim scores."""
-    from .index import Index
-    from .search import Query, Searcher
-    from .store import open_store
+    from ..host.espn.index import Index
+    from ..host.espn.search import Query, Searcher
+    from ..host.espn.store import open_store
     checks.in_range("prefetch-step", prefetch_step, 0, 0.99)
     if not text.strip():
         raise ConfigError("text", "the query is empty")

@@ -7,10 +7,11 @@ import sys
 
 import click
 
-from ... import checks
-from ...cli_support import log as _log
-from ...cli_support import reports_errors
-from ...errors import ConfigError
+from .. import checks
+from ..cli_support import log as _log
+from ..cli_support import reports_errors
+from ..errors import ConfigError
+from .common import alias_option, k_option
 
 __all__ = ["ralm"]
 
@@ -36,8 +37,7 @@ def _common(fn):
                      help="ChamVS node processes the datastore is split over."),
         click.option("--nlist", type=int, default=32, show_default=True),
         click.option("--nprobe", type=int, default=8, show_default=True),
-        click.option("-k", "k", type=int, default=16, show_default=True,
-                     help="Neighbours per retrieval (the nodes' K)."),
+        k_option(16, "Neighbours per retrieval (the nodes' K)."),
         click.option("--backend", type=click.Choice(["golden", "rtl"]), default="golden",
                      show_default=True, help="Node backend (rtl: Verilator, slow)."),
         click.option("--timeout", type=float,
@@ -51,7 +51,7 @@ def _common(fn):
 
 
 def _retriever(s, index_dir, timeout):
-    from . import knnlm
+    from ..host.ralm import knnlm
     return knnlm.Retriever(index_dir, backend=s.backend,
                            timeout=timeout or (900.0 if s.backend == "rtl" else 10.0))
 
@@ -59,7 +59,7 @@ def _retriever(s, index_dir, timeout):
 def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, timeout, **more):
     import torch
 
-    from . import chamlm, lm
+    from ..host.ralm import chamlm, lm
     checks.at_least("threads", threads, 1, 256)
     checks.at_least("nodes", nodes, 1, 64)
     if timeout is not None and not timeout > 0:
@@ -99,7 +99,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
                **common):
     """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
     the per-token time of the LM step and of the retrieval."""
-    from . import chamlm
+    from ..host.ralm import chamlm
     if json_path:
         checks.output_file("json", json_path)
     checks.at_least("eval_tokens", eval_tokens, 1)
@@ -167,19 +167,20 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
 @_common
 @click.option("--interval", type=int, default=8, show_default=True,
               help="Tokens between retrievals.")
-@click.option("--tokens", type=int, default=32, show_default=True,
+@click.option("--new-tokens", "tokens", type=int, default=32, show_default=True,
               help="Tokens to generate.")
+@alias_option("--tokens", "tokens", type=int)
 @click.option("--lambda", "lam", type=float, default=0.25, show_default=True)
 @click.option("--show", type=int, default=3, show_default=True,
               help="Neighbours shown per retrieval.")
 @reports_errors
 def ralm_generate(prompt, interval, tokens, lam, show, **common):
     """Continue PROMPT greedily with the kNN-LM and show each retrieval's neighbours."""
-    from . import chamlm
+    from ..host.ralm import chamlm
     if not prompt.strip():
         raise ConfigError("prompt", "must be non-empty text")
     checks.at_least("interval", interval, 1)
-    checks.at_least("tokens", tokens, 1, 4096)
+    checks.at_least("new_tokens", tokens, 1, 4096)
     checks.at_least("show", show, 0)
     if not 0 <= lam <= 1:
         raise ConfigError("lambda", "must be in 0..1", value=lam)

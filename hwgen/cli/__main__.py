@@ -1,0 +1,5 @@
+"""``python -m hwgen.cli``: the ``hwgen`` command."""
+
+from . import main
+
+main()

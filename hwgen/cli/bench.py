@@ -1,0 +1,113 @@
+"""``hwgen bench``: benchmarks printed as tables. The flow's own (timing, tests, mutation, sim)
+are here; each domain's benchmark lives with its group (``hwgen chamvs bench`` is ``hwgen bench
+chamvs``) and is listed here too."""
+
+import click
+
+from .. import checks, registry
+from ..cli_support import log as _log
+from ..cli_support import reports_errors
+from . import chamvs, cluster, recsys
+from .common import seed as _seed
+from .common import write_json
+
+__all__ = ["bench"]
+
+
+@click.group()
+def bench():
+    """Benchmarks: measured throughput/latency and resources, printed as tables."""
+
+
+@bench.command("timing")
+@click.option("--seeds", type=int, default=2, show_default=True,
+              help="Place and route with seeds 1..N per block (median).")
+@click.option("--only", "names", multiple=True, metavar="NAME",
+              help="Only these accelerators (repeatable).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the rows as JSON.")
+@reports_errors
+def bench_timing(seeds, names, json_path):
+    """ECP5 Fmax and ratio of every registered accelerator, before/after issue 11."""
+    from ..flow.timing_bench import bench_timing as run_bench
+    checks.at_least("seeds", seeds, 1, 99)
+    for name in names:
+        registry.get(name)
+    if json_path:
+        checks.output_file("json", json_path)
+    run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log)
+
+
+@bench.command("tests")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False, exists=True),
+              required=True, help="The HWGEN_PROFILE file of a test run (make test writes "
+              "build/profile/events.jsonl).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False),
+              help="pytest's JUnit XML of the same run (per-test call time).")
+@click.option("--setup-seconds", type=float, help="Measured set-up time (venv, Debian).")
+@click.option("--wall-seconds", type=float, help="Measured pytest wall time.")
+@click.option("--budget", "budget_path", type=click.Path(dir_okay=False, exists=True),
+              help="Fail when the distinct Verilator builds exceed this JSON's numbers "
+              "(tests/build_budget.json).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report as JSON.")
+@reports_errors
+def bench_tests(events_path, junit_path, setup_seconds, wall_seconds, budget_path, json_path):
+    """Where a test run's time went: set-up, every Verilator build (hit or miss), every
+    yosys and nextpnr run, the slowest tests; and the build budget."""
+    from ..flow import profile
+    if json_path:
+        checks.output_file("json", json_path)
+    report = profile.summarize(profile.read_events(events_path), junit=junit_path,
+                               setup_seconds=setup_seconds, wall_seconds=wall_seconds)
+    for line in profile.table(report):
+        click.echo(line)
+    errors = profile.check_budget(report, budget_path) if budget_path else []
+    report["budget_errors"] = errors
+    if json_path:
+        write_json(json_path, report)
+    if errors:
+        raise click.ClickException("; ".join(errors))
+
+
+@bench.command("mutation")
+@click.option("--results", "results_dir", type=click.Path(file_okay=False), default="mutants",
+              show_default=True, help="mutmut's results folder (make mutate writes mutants/).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report as JSON.")
+@reports_errors
+def bench_mutation(results_dir, json_path):
+    """Kill rate per package of a mutmut run (make mutate); fails below the floors
+    (hwgen/flow/mutation.py: FLOORS)."""
+    from ..flow import mutation
+    if json_path:
+        checks.output_file("json", json_path)
+    report = mutation.summarize(mutation.read_results(results_dir))
+    for line in mutation.table(report):
+        click.echo(line)
+    errors = mutation.check_floors(report)
+    report["floor_errors"] = errors
+    if json_path:
+        write_json(json_path, report)
+    if errors:
+        raise click.ClickException("; ".join(errors))
+
+
+@bench.command("sim")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the rows as JSON.")
+@reports_errors
+def bench_sim_cmd(seed, json_path):
+    """Simulated cycles per second: cocotb vs native engine, side by side."""
+    from ..flow.sim_bench import bench_sim
+    _seed(seed)
+    if json_path:
+        checks.output_file("json", json_path)
+    rows = bench_sim(click.echo, seed=seed, log=_log)
+    if json_path:
+        write_json(json_path, rows)
+
+
+for _command in (*chamvs.BENCHES, cluster.bench_cluster, recsys.bench_recsys):
+    bench.add_command(_command)
