@@ -224,30 +224,9 @@ def sim(name, sets, config_file, items, seed, stall, engine, waves, json_path, *
                f"{result['cycles_per_second'] or 0:,} simulated cycles/s)")
     for line in acc.model.report_lines(cfg, result):
         click.echo(line)
-    # Until the cluster and node models print their own lines through report_lines:
-    if result.get("status_expected") is not None:
-        from ..cluster.traffic import echo_status
-        echo_status(result, click.echo)
-    if "recall" in result:
-        _echo_node(result)
     if waves:
         click.echo(f"waveform: {Path(result['run_dir']) / 'dump.vcd'}")
     check(result)
-
-
-def _echo_node(r):
-    recall = ", ".join(f"{key} {val:.3f}" for key, val in r["recall"].items())
-    faiss = ", ".join(f"{key} {val:.3f}" for key, val in r["faiss_recall"].items())
-    click.echo(f"  {r['dataset']}, {r['queries']} queries, nprobe {r['nprobe']}: node {recall}; "
-               f"faiss IndexIVFPQ {faiss}; identical top-k ids in "
-               f"{100 * r['identical_topk_fraction']:.1f}% of queries")
-    if "per_query_cycles" in r:
-        pq = r["per_query_cycles"]
-        click.echo(f"  cycles per query: {pq['total']:.0f} (LUT {pq['lut']:.0f}, scan "
-                   f"{pq['scan']:.0f}, drain {pq['drain']:.0f}); scan efficiency "
-                   f"{r['scan_efficiency']:.3f} (memory-side), "
-                   f"{r['scan_codes_per_cycle']:.2f} codes/cycle of "
-                   f"{r['scan_limit_codes_per_cycle']} while scanning")
 
 
 @click.command()
