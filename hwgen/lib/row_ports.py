@@ -66,27 +66,33 @@ class RowPort:
 
     @property
     def longest(self):
+        """Most elements in a row: ``row`` when fixed, else ``max_row``."""
         return self.row or self.max_row
 
     @property
     def elem_bits(self):
+        """Bits of an element (the width of ``shape``)."""
         return Shape.cast(self.shape).width
 
     @property
     def signed(self):
+        """Whether the elements are signed."""
         return Shape.cast(self.shape).signed
 
     @property
     def has_matrices(self):
+        """Whether the stream marks matrix boundaries: ``last_row`` on a matrix's last row, or
+        ``beat`` framing (TLAST on a matrix's last row)."""
         return self.last_row or self.framing == "beat"
 
     @property
     def count_bits(self):
+        """Bits of the ``count`` field: elements of a row's final beat, ``0..lanes``."""
         return self.lanes.bit_length()
 
     def layout(self, extra=True):
         """The payload: ``field`` [, ``extra`` fields][, ``count``][, ``last_row``], ``last``
-        (:func:`~hwgen.cluster.row_layout.row_layout`)."""
+        (:func:`row_layout`)."""
         return row_layout(self.field, self.shape, self.lanes, array=self.array,
                           extra=self.extra if extra else (),
                           count_bits=self.count_bits if self.count else 0,
