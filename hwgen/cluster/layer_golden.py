@@ -36,9 +36,10 @@ kernels' ``max_len`` bounds it here too).
 import numpy as np
 from amaranth.hdl import Shape
 
-from .compute import KINDS, chain_plan, decode_rows, propagate
-from .describe import PortError, assign_ports
+from .. import registry
 from ..lib.row_ports import shape_range
+from .compute import chain_plan, decode_rows, propagate
+from .describe import PortError, assign_ports
 
 __all__ = ["LayerGoldenError", "run", "ports", "evaluate_chain"]
 
@@ -108,7 +109,7 @@ def evaluate_chain(modules, inputs, where="chain"):
         if p.module == 0:
             if p.extra:
                 raise LayerGoldenError(f"{where}: input {p.name} carries several fields")
-            key, form = KINDS[plan.kinds[0]][1][p.field]
+            key, form = registry.get(plan.kinds[0]).model.row_fields[p.field]
             first[key] = [rows] if form == "mats" else list(rows) if form == "list" else rows
         else:
             extra[p.name] = rows
