@@ -16,13 +16,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import Config, param
+from ..config import Config, Record, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from .packet import INTER_CLUSTER_BIT, MALFORMED_KINDS, packet_layout
 
 __all__ = ["SwitchConfig", "KernelSwitch", "PacketFilter", "DROP_KINDS", "COUNTER_BITS",
-           "status_name", "parse_map"]
+           "status_name", "parse_routes", "Route"]
 
 #: Kinds of dropped packets counted by :class:`PacketFilter`: the malformations of
 #: :func:`~hwgen.cluster.packet.classify`, then ``unknown`` (well-formed, destination not
@@ -36,13 +36,29 @@ def status_name(kind):
     return "status_dropped_" + kind.replace("-", "_")
 
 
-def parse_map(text):
-    """``"3:0,4:1,5:1"`` -> ``{3: 0, 4: 1, 5: 1}`` (kernel id -> output port)."""
-    out = {}
+@dataclass(frozen=True)
+class Route(Record):
+    """One entry of :attr:`SwitchConfig.routes`: packets for ``kernel`` leave on ``port``."""
+    kernel: int
+    port: int
+
+    def check(self):
+        if not all(isinstance(v, int) and not isinstance(v, bool)
+                   for v in (self.kernel, self.port)):
+            raise ValueError("kernel and port must be integers")
+        if not 0 <= self.kernel < 256 or self.port < 0:
+            raise ValueError("kernel ids are 0..255, ports from 0")
+
+
+def parse_routes(text):
+    """``"3:0,4:1"`` (the ``--set`` form) -> ``(Route(3, 0), Route(4, 1))``."""
+    out = []
     for item in filter(None, (t.strip() for t in text.split(","))):
-        key, _, val = item.partition(":")
-        out[int(key, 0)] = int(val, 0)
-    return out
+        key, sep, val = item.partition(":")
+        if not sep:
+            raise ValueError(f"{item!r} is not 'id:port'")
+        out.append(Route(int(key, 0), int(val, 0)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -51,25 +67,23 @@ class SwitchConfig(Config):
     data_bits: int = param(64, "TDATA width", choices=(64, 512))
     inputs: int = param(2, "packet input ports", lo=1, hi=32)
     outputs: int = param(2, "packet output ports", lo=1, hi=32)
-    routes: str = param("", "kernel id -> output port as 'id:port,...' (default: id % outputs)")
+    routes: tuple = param((), "kernel id -> output port, [{kernel, port}, ...] ('id:port,...' "
+                              "with --set; default: id % outputs)", item=Route,
+                          parse=parse_routes)
     drop_unmapped: bool = param(True, "consume packets whose TDEST is not in routes "
                                       "(False: they go to port 0)")
 
     def check(self):
-        try:
-            routes = parse_map(self.routes)
-        except ValueError:
-            raise ConfigError("routes", "must be 'id:port,...'", value=self.routes) from None
-        for key, port in routes.items():
-            if not 0 <= key < 256 or not 0 <= port < self.outputs:
-                raise ConfigError("routes", f"ids 0..255 to ports 0..{self.outputs - 1}",
-                                  value=self.routes)
+        for k, route in enumerate(self.routes):
+            if route.port >= self.outputs:
+                raise ConfigError(f"routes[{k}]", f"ports are 0..{self.outputs - 1}",
+                                  value=route.to_json())
 
     @property
     def route_map(self):
-        """``{kernel id: output port}``: the parsed ``routes``, or ``id % outputs`` for every id
-        0..255 when ``routes`` is empty."""
-        return parse_map(self.routes) if self.routes else \
+        """``{kernel id: output port}``: ``routes``, or ``id % outputs`` for every id 0..255
+        when ``routes`` is empty."""
+        return {r.kernel: r.port for r in self.routes} if self.routes else \
             {k: k % self.outputs for k in range(256)}
 
 
@@ -231,8 +245,42 @@ class PacketFilter(wiring.Component):
         abits = (self.depth - 1).bit_length()
         kind_of = {k: n + 1 for n, k in enumerate(DROP_KINDS)}
         i, o = self.i_pkt, self.o_pkt
-        beat = i.payload
+        checks, first, over, fire0, ok0, info0 = self._stage0(m, lanes, full_keep, layout)
+        v1, beat1, first1, flags1, trunc1, ok1, info1 = self._stage0_regs(
+            m, layout, checks, first, fire0, ok0, info0)
+        wp, cp, rp, err_nz, inc_delivered, inc_drop = self._stage1(
+            m, wr, abits, kind_of, v1, beat1, first1, flags1, trunc1, ok1, info1)
 
+        # -- stage 2: counters.
+        with m.If(inc_delivered):
+            m.d.sync += self.status_delivered.eq(self.status_delivered + 1)
+        for k in DROP_KINDS:
+            ctr = getattr(self, status_name(k))
+            with m.If(inc_drop[k]):
+                m.d.sync += ctr.eq(ctr + 1)
+
+        # Input ready: a beat may be accepted when the buffer has room for it and for the
+        # beats still in stages 0 and 1 (``full`` is registered: it assumes a beat was
+        # accepted in the cycle before), or when it is discarded anyway.
+        used = Signal(abits + 1)
+        full = Signal()
+        m.d.comb += used.eq(wp - rp)
+        m.d.sync += full.eq(Mux(v1, used >= self.depth - 2, used >= self.depth - 1))
+        m.d.comb += [i.ready.eq(~full | (~first & err_nz) | over),
+                     fire0.eq(i.valid & i.ready)]
+
+        m.d.comb += [rd.addr.eq(rp[:abits]), o.payload.eq(rd.data.beat),
+                     self.o_info.eq(rd.data.info), o.valid.eq(rp != cp)]
+        with m.If(o.valid & o.ready):
+            m.d.sync += rp.eq(rp + 1)
+        return m
+
+    def _stage0(self, m, lanes, full_keep, layout):
+        """Stage 0: the packet state (first beat, beat count) and the checks of the beat on
+        ``i_pkt``, on its own and against its packet's first beat. Returns ``(checks, first,
+        over, fire0, ok0, info0)``: one flag per kind, ``fire0`` (driven by
+        :meth:`elaborate`: the beat is taken), and ``accept``'s verdict."""
+        beat = self.i_pkt.payload
         # -- stage 0: accept a beat, check it on its own and against the packet's first beat.
         count = Signal(range(self.max_beats + 2))   # beats seen of the current packet (sat.)
         first = Signal(init=1)                      # the next beat starts a packet
@@ -259,7 +307,12 @@ class PacketFilter(wiring.Component):
                     m.d.sync += count.eq(count + 1)
                 with m.If(count >= self.max_beats - 1):
                     m.d.sync += over.eq(1)
+        return checks, first, over, fire0, ok0, info0
 
+    def _stage0_regs(self, m, layout, checks, first, fire0, ok0, info0):
+        """Stage 0 -> 1 registers: returns ``(v1, beat1, first1, flags1, trunc1, ok1,
+        info1)`` (``ok1``, ``info1`` registered only with ``accept_latency == 0``)."""
+        beat = self.i_pkt.payload
         # stage 0 -> 1 registers (unconditional: v1 says whether they hold a beat)
         v1 = Signal()
         beat1 = Signal(layout)
@@ -274,10 +327,16 @@ class PacketFilter(wiring.Component):
             m.d.sync += [ok1.eq(ok0), info1.eq(info0)]
         else:
             ok1, info1 = ok0, info0
+        return v1, beat1, first1, flags1, trunc1, ok1, info1
 
+    def _stage1(self, m, wr, abits, kind_of, v1, beat1, first1, flags1, trunc1, ok1, info1):
+        """Stage 1: the packet's first error, the buffer write (speculative from ``wp``,
+        committed to ``cp`` at a good packet's end, rewound on a drop) and the counter to
+        increment. Returns ``(wp, cp, rp, err_nz, inc_delivered, inc_drop)``; ``rp`` is
+        advanced by the output."""
         # -- stage 1: packet state, buffer write or rewind, which counter to increment.
         err1 = Signal(range(len(DROP_KINDS) + 1))   # 0 = none, else kind index + 1
-        for k in reversed(list(checks)):            # the first failing check wins
+        for k in reversed(list(flags1)):            # the first failing check wins
             with m.If(flags1[k]):
                 m.d.comb += err1.eq(kind_of[k])
         bad1 = Cat(*flags1.values()).any()
@@ -325,30 +384,7 @@ class PacketFilter(wiring.Component):
                 with m.Else():
                     m.d.comb += wr.en.eq(1)
                     m.d.sync += wp.eq(wp + 1)
-
-        # -- stage 2: counters.
-        with m.If(inc_delivered):
-            m.d.sync += self.status_delivered.eq(self.status_delivered + 1)
-        for k in DROP_KINDS:
-            ctr = getattr(self, status_name(k))
-            with m.If(inc_drop[k]):
-                m.d.sync += ctr.eq(ctr + 1)
-
-        # Input ready: a beat may be accepted when the buffer has room for it and for the
-        # beats still in stages 0 and 1 (``full`` is registered: it assumes a beat was
-        # accepted in the cycle before), or when it is discarded anyway.
-        used = Signal(abits + 1)
-        full = Signal()
-        m.d.comb += used.eq(wp - rp)
-        m.d.sync += full.eq(Mux(v1, used >= self.depth - 2, used >= self.depth - 1))
-        m.d.comb += [i.ready.eq(~full | (~first & err_nz) | over),
-                     fire0.eq(i.valid & i.ready)]
-
-        m.d.comb += [rd.addr.eq(rp[:abits]), o.payload.eq(rd.data.beat),
-                     self.o_info.eq(rd.data.info), o.valid.eq(rp != cp)]
-        with m.If(o.valid & o.ready):
-            m.d.sync += rp.eq(rp + 1)
-        return m
+        return wp, cp, rp, err_nz, inc_delivered, inc_drop
 
 
 
