@@ -150,7 +150,19 @@ class LUTBuilder(wiring.Component):
             mem = memory.Memory(shape=centroid_shape, depth=256 * steps, init=[])
             m.submodules[f"centroids{lane}"] = mem
             mems.append((mem.write_port(), mem.read_port()))
+        busy, loaded, ld_active = self._loader(m, mems)
+        out, step, issue, s1_res = self._issue(m, mems, busy, loaded, ld_active)
+        self._datapath(m, mems, out, step, issue, s1_res)
+        return m
 
+    def _loader(self, m, mems):
+        """Centroid loader: ``i_centroids`` beats into the lane memories of ``mems`` (lane
+        ``l`` holds sub-spaces ``l, l + lanes, ...``, step-major rows). Returns ``(busy,
+        loaded, ld_active)``: ``busy`` (driven by :meth:`_issue`) holds off loading while a
+        query pair is issued, ``loaded`` once a complete set is in memory, ``ld_active``
+        while a set is being loaded."""
+        c = self.config
+        lanes, steps = c.lanes, c.steps
         busy = Signal()          # a query pair is being issued
         loaded = Signal()        # a complete centroid set is in memory
         ld_row = Signal(8)
@@ -177,7 +189,16 @@ class LUTBuilder(wiring.Component):
                     m.d.sync += ld_lane.eq(ld_lane + 1)
                 with m.If((ld_step == steps - 1) & (ld_lane == (c.m - 1) % lanes)):
                     m.d.sync += [ld_lane.eq(0), ld_step.eq(0), ld_active.eq(0), loaded.eq(1)]
+        return busy, loaded, ld_active
 
+    def _issue(self, m, mems, busy, loaded, ld_active):
+        """Issue: takes a query pair (its residual ``query - centroid``) once a centroid set
+        is loaded and issues one (row, step) per cycle, a row's last step waiting for a
+        credit of the output buffer ``out`` (created here, driving ``o_lut``). Returns
+        ``(out, step, issue, s1_res)``: ``s1_res``, each lane's residual slice, is registered
+        beside the memory read."""
+        c = self.config
+        lanes, steps, dsub, eb = c.lanes, c.steps, c.dsub, c.elem_bits
         # -- issue: one (row, step) per cycle ------------------------------------------------
         res = Signal(data.ArrayLayout(signed(eb + 1), c.dim))
         row = Signal(8)
@@ -225,7 +246,14 @@ class LUTBuilder(wiring.Component):
                                 m.d.sync += s1_res[lane][j].eq(res[sub * dsub + j])
                         else:
                             m.d.sync += s1_res[lane].eq(0)
+        return out, step, issue, s1_res
 
+    def _datapath(self, m, mems, out, step, issue, s1_res):
+        """Datapath: per lane, the squared differences of the residual slice and the
+        centroid, summed, shifted and saturated; a row's entries of earlier steps wait in
+        registers and the row enters ``out`` ``latency`` cycles after its last step."""
+        c = self.config
+        lanes, steps, dsub, eb = c.lanes, c.steps, c.dsub, c.elem_bits
         # -- datapath: difference, square, sum over dsub, shift and saturate ---------------------
         lut_max = (1 << c.lut_bits) - 1
         lane_values = []
@@ -256,7 +284,6 @@ class LUTBuilder(wiring.Component):
                 with m.If(valid & (at_step == t)):
                     m.d.sync += row_acc[s].eq(lane_values[lane])
         m.d.comb += out.i.valid.eq(valid & (at_step == steps - 1))
-        return m
 
 
 def max_value_clamp(value, limit):
