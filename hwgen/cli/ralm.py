@@ -3,7 +3,6 @@ command line."""
 
 import dataclasses
 import json
-import sys
 
 import click
 
@@ -11,7 +10,7 @@ from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
 from ..errors import ConfigError
-from .common import alias_option, k_option
+from .common import alias_option, k_option, progress
 
 __all__ = ["ralm"]
 
@@ -185,7 +184,7 @@ def ralm_generate(prompt, interval, tokens, lam, show, **common):
     if not 0 <= lam <= 1:
         raise ConfigError("lambda", "must be in 0..1", value=lam)
     s, model, store, index_dir, _, timeout = _setup(**common)
-    tty = sys.stderr.isatty()
+    tty = progress()
 
     def on_retrieval(step, found, missing):
         if tty:
