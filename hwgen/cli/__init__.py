@@ -13,8 +13,9 @@ then ``--set key=value`` (repeatable). Invalid input is reported on one line nam
 and its allowed range, with exit status 2; a simulation that disagrees with the golden model
 exits with status 1 (:mod:`hwgen.cli_support`).
 
-The commands import their domain's modules when they run, not here: ``hwgen --help`` starts in
-0.1 s, and torch alone (WindVE, ESPN, ChamLM) takes 1.7 s to import on this machine.
+The commands import their domain's modules when they run, not here (measured on this 2-core
+machine: ``hwgen --help`` starts in 0.2 s, most of it numpy for the node server's defaults;
+torch alone, for WindVE, ESPN and ChamLM, takes 1.7 s to import).
 """
 
 import sys
