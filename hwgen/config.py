@@ -16,6 +16,14 @@ Example::
 
     PQDecoderConfig.from_dict({"m": 24})
     PQDecoderConfig().with_overrides(["m=24"])    # strings as given to `hwgen --set`
+
+Structured fields are typed too: a ``tuple`` field declared with ``item=`` holds a tuple of
+integers, strings or :class:`Record` dataclasses (a switch's routes, a gateway's GMI groups, a
+kernel chain's modules). Construction accepts lists and, for records, JSON objects (or lists of
+their fields); :meth:`Config.to_dict` gives them back as JSON lists and objects, so a
+configuration round-trips through JSON and digests as before. Only text (``--set``, and the
+text spellings older configuration files used) is parsed: a JSON list, or the field's own
+text form through its ``parse``.
 """
 
 import dataclasses
@@ -27,32 +35,96 @@ import re
 from .contract import Performance, Workload
 from .errors import ConfigError
 
-__all__ = ["Config", "param"]
+__all__ = ["Config", "Record", "param"]
 
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 
-def param(default, doc, *, lo=None, hi=None, choices=None):
+def param(default, doc, *, lo=None, hi=None, choices=None, item=None, parse=None):
     """Declare a configuration field.
 
     Parameters
     ----------
     default :
-        Default value; its type (``int``, ``bool``, ``str``, ``float``) is the field's type.
+        Default value; the annotation (``int``, ``bool``, ``str``, ``float``, ``tuple``) is
+        the field's type.
     doc : str
         One-line description, shown by ``hwgen list NAME``.
     lo, hi : number, optional
-        Inclusive bounds of numeric fields.
+        Inclusive bounds of numeric fields (of every element of an ``int`` tuple).
     choices : sequence, optional
-        Allowed values of an enumerated field.
+        Allowed values of an enumerated field (of every element of a ``str`` tuple).
+    item : type, optional
+        Element type of a ``tuple`` field: ``int``, ``str`` or a :class:`Record` subclass.
+    parse : callable, optional
+        ``parse(text) -> tuple`` of a ``tuple`` field's text form (``--set``); raises
+        ``ValueError`` or :class:`ConfigError` on bad text.
     """
-    meta = {"doc": doc, "lo": lo, "hi": hi, "choices": tuple(choices) if choices else None}
+    meta = {"doc": doc, "lo": lo, "hi": hi, "choices": tuple(choices) if choices else None,
+            "item": item, "parse": parse}
     return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """Base of the structured elements of a ``tuple`` configuration field.
+
+    A subclass is a frozen dataclass of ``int``, ``str`` and ``tuple`` (of ints) fields;
+    lists given for tuple fields become tuples. :meth:`check` validates one record (raise
+    ``ValueError`` with a message; the configuration names the field and element).
+    """
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                object.__setattr__(self, f.name, tuple(value))
+        self.check()
+
+    def check(self):
+        """Validate the record; override and raise ``ValueError``."""
+
+    @classmethod
+    def from_value(cls, value):
+        """The record of ``value``: a record, a JSON object of its fields or a list of them
+        in field order."""
+        if isinstance(value, cls):
+            return value
+        names = [f.name for f in dataclasses.fields(cls)]
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - set(names))
+            if unknown:
+                raise ValueError(f"unknown key {unknown[0]!r}; keys: {', '.join(names)}")
+            return cls(**value)
+        if isinstance(value, (list, tuple)) and len(value) == len(names):
+            return cls(*value)
+        raise ValueError(f"expected an object with {', '.join(names)}")
+
+    def to_json(self):
+        """The record as a JSON object (tuples as lists)."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _jsonable(value):
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _kind(field):
+    return field.type if isinstance(field.type, str) else field.type.__name__
 
 
 def _allowed(field):
     meta = field.metadata
-    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    kind = _kind(field)
+    if kind == "tuple":
+        item = meta.get("item")
+        what = {int: "integers", str: "strings"}.get(item) or \
+            f"{getattr(item, '__name__', 'value')} records"
+        return f"a list of {what}" + _range_note(meta)
     if meta.get("choices"):
         return "one of " + ", ".join(str(c) for c in meta["choices"])
     lo, hi = meta.get("lo"), meta.get("hi")
@@ -66,9 +138,69 @@ def _allowed(field):
             "float": "a number"}.get(kind, kind)
 
 
+def _range_note(meta):
+    if meta.get("choices"):
+        return " (each one of " + ", ".join(str(c) for c in meta["choices"]) + ")"
+    lo, hi = meta.get("lo"), meta.get("hi")
+    return f" (each in {lo}..{hi})" if lo is not None and hi is not None else ""
+
+
+def _tuple_value(field, value):
+    """A ``tuple`` field's value from what was given: a JSON list (text starting with
+    ``[``), its text form (through ``parse``), a list or a tuple; records from JSON objects or
+    field lists. Raises :class:`ConfigError`
+    naming the field (and the element)."""
+    meta = field.metadata
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise ConfigError(field.name, f"is not a valid JSON list: {e}",
+                              value=value) from None
+    if isinstance(value, str):
+        if meta.get("parse") is None:
+            raise ConfigError(field.name, f"must be {_allowed(field)}", value=value)
+        try:
+            value = meta["parse"](value)
+        except ConfigError:
+            raise
+        except ValueError as e:
+            raise ConfigError(field.name, f"must be {_allowed(field)}: {e}",
+                              value=value) from None
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(field.name, f"must be {_allowed(field)}", value=value)
+    item = meta.get("item")
+    out = []
+    for k, element in enumerate(value):
+        where = f"{field.name}[{k}]"
+        if isinstance(item, type) and issubclass(item, Record):
+            try:
+                element = item.from_value(element)
+            except ConfigError:
+                raise
+            except (TypeError, ValueError) as e:
+                raise ConfigError(where, str(e), value=element) from None
+        elif item is int:
+            if not isinstance(element, int) or isinstance(element, bool):
+                raise ConfigError(where, "must be an integer", value=element)
+            lo, hi = meta.get("lo"), meta.get("hi")
+            if (lo is not None and element < lo) or (hi is not None and element > hi):
+                raise ConfigError(where, f"must be in {lo}..{hi}", value=element)
+        elif item is str:
+            if not isinstance(element, str):
+                raise ConfigError(where, "must be a string", value=element)
+            if meta.get("choices") and element not in meta["choices"]:
+                raise ConfigError(where, "must be one of " + ", ".join(meta["choices"]),
+                                  value=element)
+        out.append(element)
+    return tuple(out)
+
+
 def _parse_text(field, text):
     """Parse a ``--set key=value`` string into the field's type."""
-    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    kind = _kind(field)
+    if kind == "tuple":
+        return _tuple_value(field, text)
     try:
         if kind == "bool":
             low = text.strip().lower()
@@ -101,12 +233,17 @@ class Config:
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
+            if _kind(field) == "tuple":
+                object.__setattr__(self, field.name,
+                                   _tuple_value(field, getattr(self, field.name)))
             self._check_field(field, getattr(self, field.name))
         self.check()
 
     @staticmethod
     def _check_field(field, value):
-        kind = field.type if isinstance(field.type, str) else field.type.__name__
+        kind = _kind(field)
+        if kind == "tuple":
+            return                                  # checked element by element on entry
         meta = field.metadata
         ok_type = {
             "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -171,7 +308,8 @@ class Config:
     # -- views -------------------------------------------------------------------------------
 
     def to_dict(self):
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """``{field: value}`` in JSON form (tuples as lists, records as objects)."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def derived(self):
         """Parameters that follow from the configuration (widths, latencies); for reports."""

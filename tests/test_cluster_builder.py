@@ -172,8 +172,8 @@ def test_tops_ports_and_lint(two_build):
                 g = json.loads(gw.read_text())
                 virt = [k for k in p.kernels.values() if k.role == "virtual"]
                 assert g["derived"]["virtual_ids"] == {k.kind: k.id for k in virt}
-                assert g["groups"] == ";".join(f"{k.kind}@{k.id}:" + ",".join(map(str, k.members))
-                                               for k in virt)
+                assert g["groups"] == [{"kind": k.kind, "id": k.id, "members": list(k.members)}
+                                       for k in virt]
                 assert g["cluster_id"] == p.cluster.id
                 assert "status_gw_delivered" in {q["name"] for q in ports["signals"]}
             v = out / p.cluster.name / f.name / f"{ports['top']}.v"

@@ -18,7 +18,7 @@ from hwgen.recsys import golden
 from hwgen.recsys.model import cluster_ctr
 from hwgen.recsys.multinode import (Network, network_timeline, plan_cluster, simulate_cluster,
                                     slice_rows)
-from hwgen.recsys.node import NodeConfig, SliceConfig, format_slices
+from hwgen.recsys.node import NodeConfig, SliceConfig
 
 from conftest import requires_verilator
 
@@ -154,7 +154,7 @@ def test_wrong_weight_rows_are_caught():
     plan = plan_cluster(nodes=2)
     node2 = plan.configs[1]
     slices = [(l, s - 1 if l == 0 else s, r, p) for l, s, r, p in node2.slice_list]
-    bad = plan.with_config(1, node2.replace(slices=format_slices(slices)))
+    bad = plan.with_config(1, node2.replace(slices=slices))
     report = simulate_cluster(bad, items=20, seed=2, stall=0.2)
     assert report["block_mismatches"] == 0 and report["timeouts"] == 0
     assert report["layer_mismatches"][:1] == [0]

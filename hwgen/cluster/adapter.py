@@ -79,14 +79,14 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import Config, param
+from ..config import Config, Record, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from .packet import Packet, packet_layout, to_beats
 from ..lib.row_ports import row_layout, shape_range
 
 __all__ = ["ELEM_BITS", "RowFormat", "row_format_from_ports", "RowToPacketsConfig",
-           "PacketsToRowsConfig", "RowToPackets", "PacketsToRows", "join_rows",
+           "PacketsToRowsConfig", "Source", "parse_sources", "RowToPackets", "PacketsToRows", "join_rows",
            "encode_rows", "decode_bytes", "rows_to_packets", "packets_to_rows", "row_beats",
            "beats_to_rows", "RowToPacketsModel", "PacketsToRowsModel", "ROW2PKT_CONFIGS",
            "PKT2ROW_CONFIGS"]
@@ -278,63 +278,115 @@ def _parse_value(key, text, where):
 
 
 @dataclass(frozen=True)
+class Source(Record):
+    """One source of :class:`PacketsToRowsConfig`: kernel id ``id`` (TID) and the row-format
+    parameters that differ from the configuration's (None: the configuration's value)."""
+    id: int
+    field: str = None
+    lanes: int = None
+    elem_bits: int = None
+    field_bits: int = None
+    signed: bool = None
+    row_elems: int = None
+    count: bool = None
+    rows: int = None
+    array: bool = None
+
+    def check(self):
+        if not isinstance(self.id, int) or isinstance(self.id, bool) or \
+                not 0 <= self.id <= 255:
+            raise ValueError("a source id must be an integer in 0..255")
+        for key in FORMAT_KEYS:
+            value = getattr(self, key)
+            want = type(getattr(RowFormat, key))
+            if value is not None and (type(value) is not want):
+                raise ValueError(f"{key} must be {want.__name__}")
+
+    @property
+    def overrides(self):
+        """``{format key: value}`` of the parameters this source sets."""
+        return {k: getattr(self, k) for k in FORMAT_KEYS if getattr(self, k) is not None}
+
+    def to_json(self):
+        """``{"id", <overridden format keys>}``."""
+        return {"id": self.id, **self.overrides}
+
+    @classmethod
+    def parse(cls, entry):
+        """One entry of the text form: ``id[:key=value...]`` (``4:field=p:lanes=3``)."""
+        head, *pairs = entry.strip().split(":")
+        if not re.fullmatch(r"[0-9]{1,3}", head.strip()):
+            raise ValueError(f"{entry!r}: a source id must be an integer in 0..255")
+        changes = {}
+        for pair in pairs:
+            key, sep, text = pair.partition("=")
+            key = key.strip()
+            if not sep or key not in FORMAT_KEYS:
+                raise ValueError(f"{pair!r}: expected key=value with key one of "
+                                 + ", ".join(FORMAT_KEYS))
+            changes[key] = _parse_value(key, text, "sources")
+        return cls(int(head), **changes)
+
+
+def parse_sources(text):
+    """The text form of :attr:`PacketsToRowsConfig.sources` (``'id[:key=value...],...'``)
+    as :class:`Source` records."""
+    out = []
+    for k, entry in enumerate(text.split(",")):
+        try:
+            out.append(Source.parse(entry))
+        except ConfigError as e:
+            raise ConfigError(f"sources[{k}]", e.reason, value=entry) from None
+        except ValueError as e:
+            raise ConfigError(f"sources[{k}]", str(e), value=entry) from None
+    return tuple(out)
+
+
+def _parse_depths(text):
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+@dataclass(frozen=True)
 class PacketsToRowsConfig(_FormatConfig):
     """``cluster-pkt2row``: packets from ``sources`` to one row stream each
     (:class:`PacketsToRows`)."""
-    sources: str = param("1,2", "source kernel ids (TID), one output o_<k> each, as "
-                                "'id[:key=value...],...'; keys override the row-format "
-                                "parameters for that source (e.g. '4:field=p:lanes=3,5:field=v')")
+    sources: tuple = param((Source(1), Source(2)),
+                           "source kernels, one output o_<k> each: [{id[, format keys]}, ...]; "
+                           "format keys override the row format for that source (--set: "
+                           "'id[:key=value...],...', e.g. '4:field=p:lanes=3,5:field=v')",
+                           item=Source, parse=parse_sources)
     fifo_depth: int = param(16, "packet beats buffered per source", lo=2, hi=1 << 16)
-    fifo_depths: str = param("", "per-source FIFO depths in beats, 'd0,d1,...' in the order "
-                                 "of sources (empty: fifo_depth for every source)")
+    fifo_depths: tuple = param((), "per-source FIFO depths in beats, in the order of sources "
+                                   "(empty: fifo_depth for every source; --set: 'd0,d1,...')",
+                               item=int, lo=2, hi=1 << 16, parse=_parse_depths)
 
     @property
     def depths(self):
         """The FIFO depth of each source, in ``sources`` order."""
-        n = len(self.sources.split(","))
-        if not self.fifo_depths.strip():
-            return [self.fifo_depth] * n
-        try:
-            out = [int(v) for v in self.fifo_depths.split(",")]
-        except ValueError:
-            raise ConfigError("fifo_depths", "must be integers 'd0,d1,...'",
-                              value=self.fifo_depths) from None
-        if len(out) != n or not all(2 <= d <= 1 << 16 for d in out):
-            raise ConfigError("fifo_depths", f"needs {n} depths (one per source), each in "
-                              f"2..{1 << 16}", value=self.fifo_depths)
-        return out
+        if not self.fifo_depths:
+            return [self.fifo_depth] * len(self.sources)
+        return list(self.fifo_depths)
 
     @property
     def source_formats(self):
         """``[(tid, RowFormat), ...]`` in output order."""
         out = []
-        for k, entry in enumerate(self.sources.split(",")):
-            where = f"sources[{k}]"
-            head, *pairs = entry.strip().split(":")
-            if not re.fullmatch(r"[0-9]{1,3}", head.strip()) or int(head) > 255:
-                raise ConfigError(where, "a source id must be an integer in 0..255",
-                                  value=entry)
-            changes = {}
-            for pair in pairs:
-                key, sep, text = pair.partition("=")
-                key = key.strip()
-                if not sep or key not in FORMAT_KEYS:
-                    raise ConfigError(where, "expected key=value with key one of "
-                                      + ", ".join(FORMAT_KEYS), value=pair)
-                changes[key] = _parse_value(key, text, where)
-            fmt = replace(self.format, **changes)
-            fmt.check(where)
-            out.append((int(head), fmt))
+        for k, source in enumerate(self.sources):
+            fmt = replace(self.format, **source.overrides)
+            fmt.check(f"sources[{k}]")
+            out.append((source.id, fmt))
         return out
 
     def check(self):
         super().check()
-        _ = self.depths
+        if self.fifo_depths and len(self.fifo_depths) != len(self.sources):
+            raise ConfigError("fifo_depths", f"needs {len(self.sources)} depths (one per "
+                              "source)", value=list(self.fifo_depths))
         ids = [tid for tid, _ in self.source_formats]
         if len(set(ids)) != len(ids):
-            raise ConfigError("sources", "source ids must differ", value=self.sources)
-        if len(ids) > 16:
-            raise ConfigError("sources", "at most 16 sources", value=self.sources)
+            raise ConfigError("sources", "source ids must differ", value=ids)
+        if not ids or len(ids) > 16:
+            raise ConfigError("sources", "1 to 16 sources", value=ids)
 
     def derived(self):
         return {"outputs": {f"o_{k}": {"tid": tid, "beat_bytes": f.beat_bytes,
@@ -907,12 +959,16 @@ ROW2PKT_CONFIGS = (
 #: (the first with rows of any length, one packet each);
 #: attention Q and K (24 lanes, matrix of 5 rows) with a small FIFO.
 PKT2ROW_CONFIGS = (
-    {"sources": "1,2", "lanes": 3, "row_elems": 37},
-    {"sources": "4:field=p:elem_bits=16:field_bits=9:signed=false:rows=11,"
-                "5:field=v:lanes=8:row_elems=88", "lanes": 3, "row_elems": 11},
-    {"data_bits": 512, "sources": "1:field=q:elem_bits=32,2:field=id", "lanes": 5,
-     "row_elems": 23},
-    {"sources": "7:row_elems=0,3:lanes=2,250:elem_bits=16", "field": "q", "elem_bits": 32,
-     "lanes": 4, "count": True, "row_elems": 19},
-    {"sources": "3:field=q,9:field=k", "lanes": 24, "row_elems": 120, "fifo_depth": 2},
+    {"sources": [{"id": 1}, {"id": 2}], "lanes": 3, "row_elems": 37},
+    {"sources": [{"id": 4, "field": "p", "elem_bits": 16, "field_bits": 9, "signed": False,
+                  "rows": 11},
+                 {"id": 5, "field": "v", "lanes": 8, "row_elems": 88}],
+     "lanes": 3, "row_elems": 11},
+    {"data_bits": 512, "sources": [{"id": 1, "field": "q", "elem_bits": 32},
+                                   {"id": 2, "field": "id"}], "lanes": 5, "row_elems": 23},
+    {"sources": [{"id": 7, "row_elems": 0}, {"id": 3, "lanes": 2},
+                 {"id": 250, "elem_bits": 16}],
+     "field": "q", "elem_bits": 32, "lanes": 4, "count": True, "row_elems": 19},
+    {"sources": [{"id": 3, "field": "q"}, {"id": 9, "field": "k"}], "lanes": 24,
+     "row_elems": 120, "fifo_depth": 2},
 )

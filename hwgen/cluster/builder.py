@@ -291,9 +291,7 @@ def _counts(report):
 def _anonymous_p2r(cfg):
     """``cfg`` with source ids 0, 1, ...: adapters differing only in ids share one synthesis
     (the ids are constants of one comparator each)."""
-    spec = ",".join(f"{k}:{e.split(':', 1)[1]}" if ":" in e else str(k)
-                    for k, e in enumerate(cfg.sources.split(",")))
-    return replace(cfg, sources=spec)
+    return replace(cfg, sources=tuple(replace(s, id=k) for k, s in enumerate(cfg.sources)))
 
 
 def resource_table(fpgas, plans=None, log=None):

@@ -82,14 +82,14 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import registry
-from ..config import Config, param
+from ..config import Config, Record, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..ibert.stream_rows import beats_per_row, to_beats
 from ..lib.row_ports import RowKernel, RowPort, shape_holds
 
 __all__ = ["RowPort", "kernel_ports", "chainable", "chainable_kinds", "Regroup", "ChainPlan",
-           "chain_plan", "KernelChain", "KernelChainConfig", "KernelChainModel", "TEST_CONFIGS",
+           "chain_plan", "KernelChain", "ChainModule", "KernelChainConfig", "KernelChainModel", "TEST_CONFIGS",
            "decode_rows"]
 
 OUTPUT = "o_y"
@@ -561,20 +561,65 @@ def propagate(plan, stim, rng=None):
 
 
 @dataclass(frozen=True)
+class ChainModule(Record):
+    """One module of :attr:`KernelChainConfig.modules`: a chainable accelerator ``kind`` and
+    its configuration ``params`` (held as sorted ``(name, value)`` pairs; JSON: an object)."""
+    kind: str
+    params: tuple = ()
+
+    def __post_init__(self):
+        if isinstance(self.params, dict):
+            object.__setattr__(self, "params", tuple(sorted(self.params.items())))
+        super().__post_init__()
+
+    def check(self):
+        if not isinstance(self.kind, str):
+            raise ValueError("kind must be a string")
+        if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                   for p in self.params):
+            raise ValueError("params must be an object of parameters")
+
+    @classmethod
+    def from_value(cls, value):
+        """A record, ``{"kind", "params"}`` or an object with ``kind`` and ``params``
+        attributes (:class:`hwgen.cluster.describe.Module`)."""
+        if isinstance(value, dict):
+            if set(value) - {"kind", "params"} or "kind" not in value:
+                raise ValueError('must be an object with "kind" and "params"')
+            if not isinstance(value.get("params", {}), dict):
+                raise ValueError("params must be an object")
+            return cls(value["kind"], value.get("params", {}))
+        if not isinstance(value, cls) and hasattr(value, "kind") and hasattr(value, "params"):
+            return cls(value.kind, dict(value.params))
+        return super().from_value(value)
+
+    def to_json(self):
+        """``{"kind", "params": {...}}``."""
+        return {"kind": self.kind, "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
 class KernelChainConfig(Config):
-    modules: str = param(
-        json.dumps([{"kind": "ibert-linear", "params": {"in_features": 37, "out_features": 15,
-                                                         "tiles": 5, "pes": 4}},
-                    {"kind": "ibert-requant", "params": {"row": 15, "lanes": 4}}]),
-        "the chain as JSON: [{\"kind\": \"ibert-...\", \"params\": {...}}, ...], each module "
-        "feeding the next (hwgen.cluster.compute)")
+    """``cluster-kernel-chain``: registered kernels in a chain, each feeding the next."""
+    modules: tuple = param(
+        (ChainModule("ibert-linear", {"in_features": 37, "out_features": 15, "tiles": 5,
+                                      "pes": 4}),
+         ChainModule("ibert-requant", {"row": 15, "lanes": 4})),
+        "the chain, [{\"kind\": \"ibert-...\", \"params\": {...}}, ...] (--set: that JSON), "
+        "each module feeding the next (hwgen.cluster.compute)", item=ChainModule)
 
     def check(self):
         _ = self.plan
 
     @cached_property
     def plan(self):
-        return chain_plan(self.modules)
+        """The checked chain (:func:`chain_plan`)."""
+        return chain_plan([m.to_json() for m in self.modules])
+
+    def cycle_model(self, workload):
+        """The chain's :meth:`ChainPlan.cycle_model`: every module's performance at its
+        default workload, the chain's latency and the regroupers'."""
+        return self.plan.cycle_model()
 
     def derived(self):
         return {"kinds": list(self.plan.kinds),
@@ -629,7 +674,7 @@ class KernelChainModel(StreamModel):
 
 
 def _chain(*modules):
-    return {"modules": json.dumps([{"kind": k, "params": p} for k, p in modules])}
+    return {"modules": [{"kind": k, "params": p} for k, p in modules]}
 
 
 #: Simulated by ``tests/test_sim.py``: Linear (5 tiles) into a requantisation of 4 lanes (a

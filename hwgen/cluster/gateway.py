@@ -27,7 +27,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import Config, param
+from ..config import Config, Record, param
 from ..errors import ConfigError
 from ..flow.model import SimOption, StreamModel
 from . import golden as gmi_golden
@@ -38,11 +38,58 @@ from .switch import COUNTER_BITS, DROP_KINDS, KernelSwitch, PacketFilter, Switch
     status_name
 from .traffic import StatusLines, counter_report, filter_golden, fuzz_stream, random_payload
 
-__all__ = ["GatewayConfig", "Gateway", "GatewayModel", "TEST_CONFIGS", "GMI_DROPS"]
+__all__ = ["GatewayConfig", "GmiGroup", "parse_groups", "Gateway", "GatewayModel",
+           "TEST_CONFIGS", "GMI_DROPS"]
 
 #: GMI kernel counters compared with the golden model (``rounds`` lags behind output
 #: backpressure, so it is reported but not sampled as final).
 GMI_DROPS = ("drop_source", "drop_length", "drop_overrun")
+
+
+def _parse_ids(text):
+    """``'1-3,28'`` -> ``(1, 2, 3, 28)``: ids and inclusive ranges (ValueError)."""
+    out = []
+    for part in filter(None, (t.strip() for t in text.split(","))):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class GmiGroup(Record):
+    """One virtual GMI kernel of the gateway: its ``kind``, kernel ``id`` and ``members``
+    (kernel ids in rank order)."""
+    kind: str
+    id: int
+    members: tuple
+
+    def check(self):
+        if self.kind not in gmi_golden.KINDS:
+            raise ValueError("kinds are " + ", ".join(gmi_golden.KINDS))
+        if not isinstance(self.id, int) or not 1 <= self.id <= 255:
+            raise ValueError("a virtual kernel id is in 1..255")
+        ids = self.members
+        if not ids or any(not isinstance(i, int) or not 0 <= i <= 255 for i in ids) \
+                or len(set(ids)) != len(ids):
+            raise ValueError("members are distinct ids 0..255, at least one")
+
+    @classmethod
+    def parse(cls, item):
+        """``'broadcast@39:1-3,28'`` -> ``GmiGroup('broadcast', 39, (1, 2, 3, 28))``."""
+        head, sep, members = item.strip().partition(":")
+        kind, at, kid = head.partition("@")
+        if not sep or not at:
+            raise ValueError(f"{item!r} is not 'kind@id:a-b,c,...'")
+        return cls(kind.strip(), int(kid), _parse_ids(members))
+
+
+def parse_groups(text):
+    """The text form of :attr:`GatewayConfig.groups`: ``'kind@id:a-b,c;...'``."""
+    return tuple(GmiGroup.parse(item) for item in text.split(";") if item.strip())
+
+
+def _parse_kinds(text):
+    return tuple(k.strip() for k in text.split(",") if k.strip())
 
 
 @dataclass(frozen=True)
@@ -56,36 +103,32 @@ class GatewayConfig(Config):
     op: str = param("sum", "reduce operation", choices=("sum", "max"))
     kernels: int = param(0, "local kernels 1..kernels reachable point to point "
                             "(0: as many as members)", lo=0, hi=250)
-    virtual: str = param("broadcast,scatter,gather,reduce",
-                         "virtual GMI kernels, in id order after the local kernels")
+    virtual: tuple = param(("broadcast", "scatter", "gather", "reduce"),
+                           "virtual GMI kernels, in id order after the local kernels "
+                           "(--set: 'broadcast,scatter')", item=str,
+                           choices=gmi_golden.KINDS, parse=_parse_kinds)
     cluster_id: int = param(0, "this cluster's id", lo=0, hi=255)
     depth: int = param(2, "rounds buffered per GMI kernel", lo=1, hi=4096)
-    local_ids: str = param("", "kernel ids reachable point to point as 'a-b,c,...' (default: "
-                               "1..kernels)")
-    groups: str = param("", "virtual GMI kernels as 'kind@id:members;...', members as "
-                            "'a-b,c,...' (default: `virtual`, ids after the local kernels, "
-                            "members 1..members); overrides virtual and members")
+    local_ids: tuple = param((), "kernel ids reachable point to point (default: 1..kernels; "
+                                 "--set: 'a-b,c,...')", item=int, lo=1, hi=255,
+                             parse=_parse_ids)
+    groups: tuple = param((), "virtual GMI kernels, [{kind, id, members}, ...] (--set: "
+                              "'kind@id:a-b,c;...'; default: `virtual`, ids after the local "
+                              "kernels, members 1..members); overrides virtual and members",
+                          item=GmiGroup, parse=parse_groups)
     max_bytes: int = param(0, "longest point-to-point payload accepted, header excluded "
                               "(0: the largest GMI message)", lo=0, hi=65535)
 
     def check(self):
-        try:
-            local = self.local_list
-        except ValueError:
-            raise ConfigError("local_ids", "must be ids 1..255 as 'a-b,c,...'",
-                              value=self.local_ids) from None
-        if self.local_ids and not local:
-            raise ConfigError("local_ids", "names no kernel", value=self.local_ids)
+        if len(set(self.local_ids)) != len(self.local_ids):
+            raise ConfigError("local_ids", "each id at most once", value=list(self.local_ids))
+        local = self.local_list
         if self.groups:
             self._check_groups(local)
             return
         kinds = self.virtual_kinds
-        for k in kinds:
-            if k not in gmi_golden.KINDS:
-                raise ConfigError("virtual", "comma-separated subset of "
-                                  + ",".join(gmi_golden.KINDS), value=self.virtual)
         if len(set(kinds)) != len(kinds):
-            raise ConfigError("virtual", "each kind at most once", value=self.virtual)
+            raise ConfigError("virtual", "each kind at most once", value=list(self.virtual))
         if self.kernels and self.kernels < self.members:
             raise ConfigError("kernels", f"must be 0 or >= members ({self.members})",
                               value=self.kernels)
@@ -98,27 +141,20 @@ class GatewayConfig(Config):
     def _check_groups(self, local):
         seen = set(local)
         kinds = []
-        for item in self.groups.split(";"):
-            try:
-                kind, kid, members = _parse_group(item)
-            except ValueError:
-                raise ConfigError("groups", "entries 'kind@id:a-b,c,...' separated by ';'",
-                                  value=self.groups) from None
-            if kind not in gmi_golden.KINDS:
-                raise ConfigError("groups", "kinds are " + ",".join(gmi_golden.KINDS),
-                                  value=self.groups)
-            if kind in kinds:
-                raise ConfigError("groups", f"each kind at most once ({kind} twice)",
-                                  value=self.groups)
-            kinds.append(kind)
-            if kid in seen:
-                raise ConfigError("groups", f"id {kid} is already a local or virtual kernel",
-                                  value=self.groups)
-            seen.add(kid)
-            if kind in ("gather", "reduce") and \
-                    members != list(range(members[0], members[0] + len(members))):
-                raise ConfigError("groups", f"{kind} members must be contiguous ids",
-                                  value=self.groups)
+        for k, group in enumerate(self.groups):
+            where = f"groups[{k}]"
+            if group.kind in kinds:
+                raise ConfigError(where, f"each kind at most once ({group.kind} twice)",
+                                  value=group.to_json())
+            kinds.append(group.kind)
+            if group.id in seen:
+                raise ConfigError(where, f"id {group.id} is already a local or virtual kernel",
+                                  value=group.to_json())
+            seen.add(group.id)
+            m = list(group.members)
+            if group.kind in ("gather", "reduce") and m != list(range(m[0], m[0] + len(m))):
+                raise ConfigError(where, f"{group.kind} members must be contiguous ids",
+                                  value=group.to_json())
         for kind in kinds:
             self.gmi_config(kind)           # raises for oversize buffers
 
@@ -126,24 +162,21 @@ class GatewayConfig(Config):
     def local_list(self):
         """Kernel ids reachable point to point (sorted)."""
         if self.local_ids:
-            return _parse_ids(self.local_ids)
+            return sorted(self.local_ids)
         return list(range(1, self.local_kernels + 1))
 
     @property
     def _groups(self):
         if self.groups:
-            return [_parse_group(item) for item in self.groups.split(";")]
-        kinds = [k.strip() for k in self.virtual.split(",") if k.strip()]
+            return [(g.kind, g.id, list(g.members)) for g in self.groups]
         return [(kind, self.local_kernels + 1 + j, list(range(1, self.members + 1)))
-                for j, kind in enumerate(kinds)]
+                for j, kind in enumerate(self.virtual)]
 
     @property
     def virtual_kinds(self):
         """The virtual GMI kernels' kinds, in kernel-id order (from ``groups``, else
         ``virtual``)."""
-        if self.groups:
-            return [g[0] for g in self._groups]
-        return [k.strip() for k in self.virtual.split(",") if k.strip()]
+        return [g[0] for g in self._groups]
 
     @property
     def local_kernels(self):
@@ -208,46 +241,6 @@ class GatewayConfig(Config):
     def derived(self):
         return {"virtual_ids": self.virtual_ids, "max_payload": self.max_payload,
                 "max_beats": self.max_beats}
-
-
-def _parse_ids(text):
-    """``'1-3,28'`` -> ``[1, 2, 3, 28]`` (ids 1..255, sorted, no duplicates; ValueError)."""
-    out = []
-    for part in filter(None, (t.strip() for t in text.split(","))):
-        lo, _, hi = part.partition("-")
-        out += range(int(lo), int(hi or lo) + 1)
-    if len(set(out)) != len(out) or any(not 1 <= i <= 255 for i in out):
-        raise ValueError(text)
-    return sorted(out)
-
-
-def _parse_group(item):
-    """``'broadcast@39:1-3,28'`` -> ``('broadcast', 39, [1, 2, 3, 28])`` (members in the
-    order written = rank order; ValueError)."""
-    head, _, members = item.strip().partition(":")
-    kind, _, kid = head.partition("@")
-    ids = []
-    for part in filter(None, (t.strip() for t in members.split(","))):
-        lo, _, hi = part.partition("-")
-        ids += range(int(lo), int(hi or lo) + 1)
-    kid = int(kid)
-    if not ids or not 1 <= kid <= 255 or any(not 0 <= i <= 255 for i in ids) \
-            or len(set(ids)) != len(ids):
-        raise ValueError(item)
-    return kind.strip(), kid, ids
-
-
-def format_ids(ids):
-    """``[1, 2, 3, 28]`` -> ``'1-3,28'`` (inverse of the parsing of ``local_ids``)."""
-    parts, ids = [], list(ids)
-    j = 0
-    while j < len(ids):
-        k = j
-        while k + 1 < len(ids) and ids[k + 1] == ids[k] + 1:
-            k += 1
-        parts.append(str(ids[j]) if j == k else f"{ids[j]}-{ids[k]}")
-        j = k + 1
-    return ",".join(parts)
 
 
 class TdestRemap(wiring.Component):
@@ -515,10 +508,11 @@ class GatewayModel(StatusLines, StreamModel):
 TEST_CONFIGS = (
     {"members": 5, "length": 33},
     {"data_bits": 512, "members": 3, "length": 21, "elem_bits": 16, "op": "max",
-     "kernels": 6, "virtual": "gather,reduce,broadcast", "cluster_id": 9},
-    {"members": 2, "length": 5, "kernels": 7, "virtual": "", "cluster_id": 255},
-    {"data_bits": 512, "members": 7, "length": 3, "elem_bits": 32, "virtual": "scatter",
+     "kernels": 6, "virtual": ["gather", "reduce", "broadcast"], "cluster_id": 9},
+    {"members": 2, "length": 5, "kernels": 7, "virtual": [], "cluster_id": 255},
+    {"data_bits": 512, "members": 7, "length": 3, "elem_bits": 32, "virtual": ["scatter"],
      "depth": 1},
-    {"groups": "broadcast@9:2,5,3;scatter@12:7-8,1", "local_ids": "1-8", "length": 5,
-     "max_bytes": 40, "cluster_id": 3},
+    {"groups": [{"kind": "broadcast", "id": 9, "members": [2, 5, 3]},
+                {"kind": "scatter", "id": 12, "members": [7, 8, 1]}],
+     "local_ids": [1, 2, 3, 4, 5, 6, 7, 8], "length": 5, "max_bytes": 40, "cluster_id": 3},
 )

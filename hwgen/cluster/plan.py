@@ -48,7 +48,6 @@ from enum import StrEnum
 
 from .. import registry
 from ..errors import ConfigError
-from ..lib.row_ports import shape_holds
 from . import describe as D
 
 __all__ = ["Role", "Kernel", "ClusterPlan", "plan", "plan_cluster", "routing_tables",
@@ -322,11 +321,11 @@ def gateway_config(plan, data_bits, seq_len=0):
     broadcast stalls the FPGA's network input, which the merge in front of the kernels shares
     with the router's local output that the broadcast's own packets need (``minilm_encoder``
     at M 38 stopped after 30 datagrams with the old depth of 2)."""
-    from .gateway import GatewayConfig, format_ids
+    from .gateway import GatewayConfig, GmiGroup
     virt = plan.with_role(Role.VIRTUAL)
     local = [k.id for k in plan.with_role(Role.COMPUTE, Role.COMMUNICATION)]
     values = {"data_bits": data_bits, "cluster_id": plan.cluster.id,
-              "local_ids": format_ids(local), "max_bytes": MAX_PACKET_BYTES - 1, "virtual": ""}
+              "local_ids": tuple(local), "max_bytes": MAX_PACKET_BYTES - 1, "virtual": ()}
     shared, kinds = {}, []
     for k in virt:
         where = _connection(plan, k)
@@ -343,8 +342,7 @@ def gateway_config(plan, data_bits, seq_len=0):
     if virt and "depth" not in shared:
         values["depth"] = max(2, seq_len)
     if virt:
-        values["groups"] = ";".join(f"{k.kind}@{k.id}:" + ",".join(map(str, k.members))
-                                    for k in virt)
+        values["groups"] = tuple(GmiGroup(k.kind, k.id, tuple(k.members)) for k in virt)
     try:
         return GatewayConfig.from_dict({**shared, **values})
     except ConfigError as e:
@@ -551,19 +549,14 @@ def _format(port, m, elem_bits, **over):
                      rows=m if port.last_row else 0, array=port.array, **over)
 
 
-def _source_spec(tid, fmt):
-    keys = ("field", "lanes", "elem_bits", "field_bits", "signed", "row_elems", "count",
-            "rows", "array")
-    def text(v):
-        return str(v).lower() if isinstance(v, bool) else str(v)
-    return f"{tid}:" + ":".join(f"{key}={text(getattr(fmt, key))}" for key in keys)
-
-
 def kernel_plan(k, plan, plans, data_bits, seq_len):
     """The :class:`ComputePlan` of compute kernel ``k`` of ``plan`` (see the module docstring);
     a :class:`ConfigError` names the connection (``.port``, ``.params.elem_bits``), the layer's
     ``modules`` or ``sequence_length``."""
-    from .adapter import PacketsToRowsConfig, RowToPacketsConfig
+    # Imported here: importing the plan must not import Amaranth
+    # (tests/test_cluster_plan.py::test_plan_imports_no_gateware).
+    from ..lib.row_ports import shape_holds
+    from .adapter import FORMAT_KEYS, PacketsToRowsConfig, RowToPacketsConfig, Source
     where = f"clusters[{plan.index}].layers.connections"
     lw = f"{_layer_path(k, plan)}.modules"
     chain = _chain(k, plan)
@@ -622,8 +615,9 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
     # stop was the gather's lost rows, see gmi_config): safe, but not shown to be needed.
     depths = [max(16, -(-n * 8 // data_bits) + 2) for n in sentence_bytes]
     p2r = PacketsToRowsConfig.from_dict({
-        "data_bits": data_bits, "fifo_depths": ",".join(map(str, depths)),
-        "sources": ",".join(_source_spec(t, f) for t, _, _, f in sources),
+        "data_bits": data_bits, "fifo_depths": tuple(depths),
+        "sources": tuple(Source(t, **{k: getattr(f, k) for k in FORMAT_KEYS})
+                         for t, _, _, f in sources),
         **{key: getattr(fmts[0], key) for key in ("field", "lanes", "elem_bits", "row_elems")}})
     r2p = RowToPacketsConfig.from_dict({
         "data_bits": data_bits, "dest": dest, "src": k.id,

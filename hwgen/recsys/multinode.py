@@ -45,7 +45,7 @@ cycles per inference; blocks of a node run concurrently) and the busiest link.
 """
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -167,7 +167,7 @@ def plan_cluster(preset="cluster-ctr", nodes=2, *, board="u280", cluster_pes=CLU
         covered = [r for _, start, rows, _ in sl for r in range(start, start + rows)]
         assert covered == list(range(shapes[layer][1])), (layer, sl)
     index_bits = (max(t.rows for t in model.tables) - 1).bit_length() + 1
-    configs = [NodeConfig(preset=preset, embedding=(n == 0), slices=format_slices(per_node[n]),
+    configs = [NodeConfig(preset=preset, embedding=(n == 0), slices=tuple(per_node[n]),
                           mults=mults, lanes=lanes, index_bits=index_bits,
                           board=board if isinstance(board, str) else board.name)
                for n in range(nodes)]
@@ -291,7 +291,7 @@ def simulate_cluster(plan, *, items=40, seed=1, stall=0.0, network=None, log=Non
     for n in range(plan.nodes):
         mine = [r for r in runs if r["node"] == n + 1]
         per_node.append({
-            "node": n + 1, "slices": configs[n].slices, "embedding": configs[n].embedding,
+            "node": n + 1, "slices": format_slices(configs[n].slices), "embedding": configs[n].embedding,
             "sim_cycles": sum(r["cycles"] or 0 for r in mine),
             "cycles_per_inference": max(r["cycles_per_inference"] for r in mine),
             "blocks": {r["block"]: r["cycles"] for r in mine}})

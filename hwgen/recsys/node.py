@@ -21,7 +21,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..boards import board_names
-from ..config import Config, param
+from ..config import Config, Record, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.axi import AXI4Signature
@@ -31,7 +31,7 @@ from .fc import FC, FCConfig, FCModel, input_layout, output_layout
 from .model import PRESETS, preset
 
 __all__ = ["SliceConfig", "ModelEmbeddingConfig", "NodeConfig", "NodeTop", "NodeModel",
-           "parse_slices", "format_slices"]
+           "Slice", "parse_slices", "format_slices"]
 
 
 @dataclass(frozen=True)
@@ -99,17 +99,33 @@ class ModelEmbeddingConfig(EmbeddingConfig):
         super().check()
 
 
+@dataclass(frozen=True)
+class Slice(Record):
+    """One FC layer slice a node holds: rows ``row_start .. row_start + rows - 1`` of layer
+    ``layer`` on ``pes`` PEs; unpacks as ``(layer, row_start, rows, pes)``."""
+    layer: int
+    row_start: int
+    rows: int
+    pes: int
+
+    def check(self):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in self):
+            raise ValueError("layer, row_start, rows and pes must be integers")
+
+    def __iter__(self):
+        return iter((self.layer, self.row_start, self.rows, self.pes))
+
+
 def parse_slices(text):
-    """``"layer:row_start:rows:pes,..."`` -> list of ``(layer, row_start, rows, pes)``."""
+    """``"layer:row_start:rows:pes,..."`` (the ``--set`` form) -> tuple of :class:`Slice`."""
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         try:
-            layer, start, rows, pes = (int(v) for v in part.split(":"))
-        except ValueError:
+            out.append(Slice(*(int(v) for v in part.split(":"))))
+        except (TypeError, ValueError):
             raise ConfigError("slices", "expected comma-separated layer:row_start:rows:pes",
                               value=text) from None
-        out.append((layer, start, rows, pes))
-    return out
+    return tuple(out)
 
 
 def format_slices(slices):
@@ -126,9 +142,11 @@ class NodeConfig(Config):
     preset: str = param("cluster-ctr", "model preset (hwgen.recsys.model.PRESETS)",
                         choices=tuple(PRESETS))
     embedding: bool = param(True, "the node holds the embedding lookup unit (node 1)")
-    slices: str = param("0:0:29:16,1:0:13:8,2:0:7:2,3:0:1:1",
-                        "FC layer slices held: comma-separated layer:row_start:rows:pes "
-                        "(hwgen.recsys.multinode derives them from the partitioner)")
+    slices: tuple = param((Slice(0, 0, 29, 16), Slice(1, 0, 13, 8), Slice(2, 0, 7, 2),
+                           Slice(3, 0, 1, 1)),
+                          "FC layer slices held, [{layer, row_start, rows, pes}, ...] (--set: "
+                          "'layer:row_start:rows:pes,...'; hwgen.recsys.multinode derives them "
+                          "from the partitioner)", item=Slice, parse=parse_slices)
     mults: int = param(4, "multipliers per PE (at most a layer's input length)", lo=1, hi=64)
     lanes: int = param(8, "elements per beat of every stream", lo=1, hi=64)
     board: str = param("u280", "board of the embedding unit's memory channels",
@@ -150,39 +168,41 @@ class NodeConfig(Config):
 
     def check(self):
         model = self.rec_model
-        slices = parse_slices(self.slices)
+        slices = self.slices
+        text = format_slices(slices)
         if not slices and not self.embedding:
             raise ConfigError("slices", "a node without the embedding unit needs a slice",
-                              value=self.slices)
+                              value=text)
         seen = set()
         for layer, start, rows, pes in slices:
             if not 0 <= layer < len(model.layers) or layer in seen:
                 raise ConfigError("slices", f"layer {layer} must be in 0..{len(model.layers) - 1}"
-                                  " and appear once", value=self.slices)
+                                  " and appear once", value=text)
             seen.add(layer)
             if rows < 1 or start < 0 or start + rows > model.layers[layer]:
                 raise ConfigError("slices", f"rows {start}..{start + rows - 1} outside layer "
-                                  f"{layer}'s {model.layers[layer]} rows", value=self.slices)
+                                  f"{layer}'s {model.layers[layer]} rows", value=text)
             if not 1 <= pes <= rows:
                 raise ConfigError("slices", f"layer {layer}: pes must be in 1..{rows}",
-                                  value=self.slices)
+                                  value=text)
         if self.embedding:
             self.embedding_config
 
     @property
     def slice_list(self):
-        """``slices`` parsed: ``(layer, row_start, rows, pes)`` per slice held."""
-        return parse_slices(self.slices)
+        """``slices`` as a list: a :class:`Slice` (``(layer, row_start, rows, pes)``) per
+        slice held."""
+        return list(self.slices)
 
     @property
     def layers(self):
         """The layers of which the node holds a slice, in ``slices`` order."""
-        return [s[0] for s in self.slice_list]
+        return [s.layer for s in self.slice_list]
 
     def slice_config(self, layer):
         """The :class:`SliceConfig` of this node's slice of ``layer``."""
         model = self.rec_model
-        (_, start, rows, pes), = [s for s in self.slice_list if s[0] == layer]
+        (_, start, rows, pes), = [s for s in self.slice_list if s.layer == layer]
         in_dim = model.layer_shapes[layer][0]
         last = layer == len(model.layers) - 1
         return SliceConfig(
