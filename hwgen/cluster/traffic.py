@@ -154,12 +154,6 @@ def status_lines(result):
                 f"{k} {got.get(k, '-')}/{v}" for k, v in dropped.items() if v or got.get(k))]
 
 
-def echo_status(result, echo):
-    """:func:`status_lines`, each passed to ``echo``."""
-    for line in status_lines(result):
-        echo(line)
-
-
 class StatusLines:
     """Mixin of the stream models whose ``report`` carries status counters
     (``status_expected``, :func:`counter_report`): ``hwgen sim`` prints
