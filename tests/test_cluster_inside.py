@@ -299,5 +299,7 @@ def test_resource_lines_name_what_does_not_fit():
     ok = {**row, "percent": {**row["percent"], "bram": 60.0}, "fits": True}
     lines = resource_lines({"capacity": {"sidewinder": cap}, "fpgas": {"t_a": row, "t_b": ok}})
     assert lines[-1] == "does not fit: t_a" and "NO" in lines[1] and "yes" in lines[2]
-    cfg = PacketsToRowsConfig.from_dict({"sources": "34:field=q,35:field=k"})
-    assert _anonymous_p2r(cfg).sources == "0:field=q,1:field=k"
+    cfg = PacketsToRowsConfig.from_dict({"sources": [{"id": 34, "field": "q"},
+                                                     {"id": 35, "field": "k"}]})
+    assert _anonymous_p2r(cfg).to_dict()["sources"] == [{"id": 0, "field": "q"},
+                                                        {"id": 1, "field": "k"}]
