@@ -257,7 +257,6 @@ class Linear(wiring.Component):
         m = Module()
         S, G, pes, tiles = c.steps, c.groups, c.pes, c.tiles
         sbits = (S - 1).bit_length()
-        _, bias = c.parameters
 
         # -- input row buffer: two rows, bank bit above the beat index -------------------------
         xmem = memory.Memory(shape=data.ArrayLayout(signed(8), pes), depth=2 << sbits, init=[])
@@ -310,7 +309,26 @@ class Linear(wiring.Component):
                 with m.If(final_g):
                     m.d.sync += [g.eq(0), waddr.eq(0), rbank.eq(~rbank)]
         m.d.sync += full.eq(full + load_done - row_done)
+        self._tiles(m, out, x_rd, issue, j, g, waddr)
 
+        done = issue & final_j
+        row_last = Signal()
+        m.d.comb += row_last.eq(row_flag.bit_select(rbank, 1))
+        m.d.comb += [
+            out.i.valid.eq(delay(m, done, c.latency, name="out_valid")),
+            out.i.payload.last.eq(delay(m, final_g, c.latency, name="out_last")),
+            out.i.payload.last_row.eq(delay(m, row_last, c.latency, name="out_last_row")),
+        ]
+        return m
+
+    def _tiles(self, m, out, x_rd, issue, j, g, waddr):
+        """Datapath: each tile multiplies the input beat ``x_rd.data`` by its weight word
+        (``pes`` products), accumulates over a group's steps, sums the products, adds the
+        group's bias and drives its lane of ``out.i.payload.y``."""
+        c = self.config
+        S, G, pes, tiles = c.steps, c.groups, c.pes, c.tiles
+        sbits = (S - 1).bit_length()
+        _, bias = c.parameters
         # -- datapath ----------------------------------------------------------------------------
         v2 = delay(m, issue, 2, name="v")              # product valid
         first2 = delay(m, j == 0, 2, name="first")
@@ -343,16 +361,6 @@ class Linear(wiring.Component):
             y = Signal(signed(32), name=f"y{t}")
             m.d.sync += y.eq(total + b_rd.data)
             m.d.comb += out.i.payload.y[t].eq(y)
-
-        done = issue & final_j
-        row_last = Signal()
-        m.d.comb += row_last.eq(row_flag.bit_select(rbank, 1))
-        m.d.comb += [
-            out.i.valid.eq(delay(m, done, c.latency, name="out_valid")),
-            out.i.payload.last.eq(delay(m, final_g, c.latency, name="out_last")),
-            out.i.payload.last_row.eq(delay(m, row_last, c.latency, name="out_last_row")),
-        ]
-        return m
 
 
 class LinearModel(StreamModel):

@@ -270,40 +270,7 @@ class ChamVSNode(wiring.Component):
         m = Module()
         C, cpw, W = c.n_channels, c.codes_per_word, c.word_bytes
         q = self.i_query.payload
-
-        # -- metadata: coarse centroids and address tables -------------------------------------
-        coarse = memory.Memory(shape=data.ArrayLayout(signed(c.elem_bits), c.dim),
-                               depth=c.nlist, init=[])
-        m.submodules.coarse = coarse
-        coarse_wr, coarse_rd = coarse.write_port(), coarse.read_port()
-        tables = []
-        for ch in range(C):
-            mem = memory.Memory(shape=c.table_entry(), depth=c.nlist, init=[])
-            m.submodules[f"table{ch}"] = mem
-            tables.append((mem.write_port(), mem.read_port()))
-
-        coarse_n = Signal(range(c.nlist + 1))
-        table_list = Signal(range(c.nlist + 1))
-        table_ch = Signal(range(C))
-        m.d.comb += [self.i_coarse.ready.eq(coarse_n < c.nlist),
-                     coarse_wr.addr.eq(coarse_n), coarse_wr.data.eq(self.i_coarse.payload.elem),
-                     coarse_wr.en.eq(self.i_coarse.valid & self.i_coarse.ready)]
-        with m.If(coarse_wr.en):
-            m.d.sync += coarse_n.eq(coarse_n + 1)
-        m.d.comb += self.i_table.ready.eq(table_list < c.nlist)
-        table_load = self.i_table.valid & self.i_table.ready
-        for ch, (wr, _) in enumerate(tables):
-            m.d.comb += [wr.addr.eq(table_list), wr.data.eq(self.i_table.payload),
-                         wr.en.eq(table_load & (table_ch == ch))]
-        with m.If(table_load):
-            with m.If(table_ch == C - 1):
-                m.d.sync += [table_ch.eq(0), table_list.eq(table_list + 1)]
-            with m.Else():
-                m.d.sync += table_ch.eq(table_ch + 1)
-        pq_n = Signal(range(c.m * 256 + 1))      # PQ centroids passed to the LUT builder
-        with m.If(self.i_pq.valid & self.i_pq.ready):
-            m.d.sync += pq_n.eq(pq_n + 1)
-        loaded = (coarse_n == c.nlist) & (table_list == c.nlist) & (pq_n == c.m * 256)
+        coarse_rd, tables, loaded = self._metadata(m)
 
         # -- query registers and node state ----------------------------------------------------
         busy = Signal()
@@ -319,26 +286,7 @@ class ChamVSNode(wiring.Component):
             m.d.sync += [busy.eq(1), query.eq(q.query), lists.eq(q.lists), nprobe.eq(q.nprobe)]
         with m.If(done):
             m.d.sync += [busy.eq(0), fetching.eq(0)]
-
-        # -- LUT builder, fed with (query, coarse centroid) per probed list ---------------------
-        m.submodules.lut = builder = LUTBuilder(c.lut_config())
-        wiring.connect(m, wiring.flipped(self.i_pq), builder.i_centroids)
-        lut_p = Signal(range(c.nprobe_max + 1))
-        lut_pending = Signal()        # coarse_rd.data holds the centroid of probe lut_p
-        lut_next = builder.i_query.valid & builder.i_query.ready
-        more = lut_p + 1 < nprobe
-        m.d.comb += [builder.i_query.valid.eq(lut_pending),
-                     builder.i_query.payload.query.eq(query),
-                     builder.i_query.payload.centroid.eq(coarse_rd.data),
-                     coarse_rd.en.eq(accept | (lut_next & more)),
-                     coarse_rd.addr.eq(Mux(accept, q.lists[0], lists[(lut_p + 1)[
-                         :max(1, _log2(c.nprobe_max))]]))]
-        with m.If(accept):
-            m.d.sync += [lut_p.eq(0), lut_pending.eq(1)]
-        with m.Elif(lut_next):
-            m.d.sync += lut_p.eq(lut_p + 1)
-            with m.If(~more):
-                m.d.sync += lut_pending.eq(0)
+        builder = self._lut_feed(m, coarse_rd, accept, query, lists, nprobe)
 
         # -- PQ decoding units, LUTs forwarded along the chain ----------------------------------
         units = []
@@ -378,6 +326,75 @@ class ChamVSNode(wiring.Component):
                  for ch in range(C)]
         self._counters(m, busy, accept, done, *fires[0], readers[0])
         return m
+
+    def _metadata(self, m):
+        """Metadata loaders: the coarse centroids (``i_coarse``) and the channels' address
+        tables (``i_table``), and the count of PQ centroids passed on ``i_pq``. Returns
+        ``(coarse_rd, tables, loaded)``: the centroid read port, each table's ``(write,
+        read)`` ports and ``loaded`` once all of them are complete."""
+        c = self.config
+        C = c.n_channels
+        # -- metadata: coarse centroids and address tables -------------------------------------
+        coarse = memory.Memory(shape=data.ArrayLayout(signed(c.elem_bits), c.dim),
+                               depth=c.nlist, init=[])
+        m.submodules.coarse = coarse
+        coarse_wr, coarse_rd = coarse.write_port(), coarse.read_port()
+        tables = []
+        for ch in range(C):
+            mem = memory.Memory(shape=c.table_entry(), depth=c.nlist, init=[])
+            m.submodules[f"table{ch}"] = mem
+            tables.append((mem.write_port(), mem.read_port()))
+
+        coarse_n = Signal(range(c.nlist + 1))
+        table_list = Signal(range(c.nlist + 1))
+        table_ch = Signal(range(C))
+        m.d.comb += [self.i_coarse.ready.eq(coarse_n < c.nlist),
+                     coarse_wr.addr.eq(coarse_n), coarse_wr.data.eq(self.i_coarse.payload.elem),
+                     coarse_wr.en.eq(self.i_coarse.valid & self.i_coarse.ready)]
+        with m.If(coarse_wr.en):
+            m.d.sync += coarse_n.eq(coarse_n + 1)
+        m.d.comb += self.i_table.ready.eq(table_list < c.nlist)
+        table_load = self.i_table.valid & self.i_table.ready
+        for ch, (wr, _) in enumerate(tables):
+            m.d.comb += [wr.addr.eq(table_list), wr.data.eq(self.i_table.payload),
+                         wr.en.eq(table_load & (table_ch == ch))]
+        with m.If(table_load):
+            with m.If(table_ch == C - 1):
+                m.d.sync += [table_ch.eq(0), table_list.eq(table_list + 1)]
+            with m.Else():
+                m.d.sync += table_ch.eq(table_ch + 1)
+        pq_n = Signal(range(c.m * 256 + 1))      # PQ centroids passed to the LUT builder
+        with m.If(self.i_pq.valid & self.i_pq.ready):
+            m.d.sync += pq_n.eq(pq_n + 1)
+        loaded = (coarse_n == c.nlist) & (table_list == c.nlist) & (pq_n == c.m * 256)
+        return coarse_rd, tables, loaded
+
+    def _lut_feed(self, m, coarse_rd, accept, query, lists, nprobe):
+        """The LUT builder (returned; ``i_pq`` feeds its centroids), fed with (query, coarse
+        centroid) for each probed list: the centroid is read from ``coarse_rd`` at the
+        query's ``accept``, then after each pair the builder takes."""
+        c = self.config
+        q = self.i_query.payload
+        # -- LUT builder, fed with (query, coarse centroid) per probed list ---------------------
+        m.submodules.lut = builder = LUTBuilder(c.lut_config())
+        wiring.connect(m, wiring.flipped(self.i_pq), builder.i_centroids)
+        lut_p = Signal(range(c.nprobe_max + 1))
+        lut_pending = Signal()        # coarse_rd.data holds the centroid of probe lut_p
+        lut_next = builder.i_query.valid & builder.i_query.ready
+        more = lut_p + 1 < nprobe
+        m.d.comb += [builder.i_query.valid.eq(lut_pending),
+                     builder.i_query.payload.query.eq(query),
+                     builder.i_query.payload.centroid.eq(coarse_rd.data),
+                     coarse_rd.en.eq(accept | (lut_next & more)),
+                     coarse_rd.addr.eq(Mux(accept, q.lists[0], lists[(lut_p + 1)[
+                         :max(1, _log2(c.nprobe_max))]]))]
+        with m.If(accept):
+            m.d.sync += [lut_p.eq(0), lut_pending.eq(1)]
+        with m.Elif(lut_next):
+            m.d.sync += lut_p.eq(lut_p + 1)
+            with m.If(~more):
+                m.d.sync += lut_pending.eq(0)
+        return builder
 
     # ------------------------------------------------------------------------------------------
 
