@@ -142,50 +142,13 @@ def partition(model, board, nodes, *, dsp_per_pe=PAPER_DSP_PER_PE,
     shapes = model.layer_shapes
     has_output = len(layer_pes) < len(shapes)
 
-    # Lay the PEs out layer after layer and cut into equal shares.
-    per_node = [[] for _ in range(nodes)]
-    offset = 0
-    for layer, pes in enumerate(layer_pes):
-        done = 0
-        while done < pes:
-            node = min(offset // share, nodes - 1)
-            room = (node + 1) * share - offset if node < nodes - 1 else pes - done
-            take = min(pes - done, room)
-            per_node[node].append(Slice(layer, done, take))
-            done += take
-            offset += take
-
-    # Layers in order, the output layer (if any) held by the last node's output unit.
-    layers = len(layer_pes) + (1 if has_output else 0)
-
-    def holders(layer):
-        if layer == len(layer_pes):
-            return {nodes - 1}
-        return {n for n in range(nodes) for s in per_node[n] if s.layer == layer}
-
-    def rows_on(layer, upto):
-        """Outputs of ``layer`` computed on nodes 0..upto."""
-        fan_out = shapes[layer][1]
-        pes = sum(s.pes for n in range(upto + 1) for s in per_node[n] if s.layer == layer)
-        return min(fan_out, math.ceil(fan_out * pes / layer_pes[layer]))
-
-    # Network traffic on each link n -> n+1 of the chain, bytes per inference: a layer's
-    # complete input travels on to later nodes that compute part of it; while the input is
-    # still being produced, the partial results made so far travel on instead.
-    act_bytes = [b // 8 for b in model.act_bits] + [4]
-    link = [0] * max(nodes - 1, 0)
-    for n in range(nodes - 1):
-        for layer in range(layers):
-            if not any(k > n for k in holders(layer)):
-                continue
-            producers = {0} if layer == 0 else holders(layer - 1)
-            if max(producers) <= n:
-                link[n] += shapes[layer][0] * act_bytes[layer]
-            else:
-                link[n] += rows_on(layer - 1, n) * act_bytes[layer]
+    per_node = _cut_shares(layer_pes, nodes, share)
+    link = _link_bytes(model, shapes, layer_pes, per_node, nodes, has_output)
     result_bytes = 4 if nodes > 1 else 0             # the final result back to node 1
 
     problems, network, plans = [], [], []
+
+
     bram_board = 2 * board.resources["bram36"]
     for n in range(nodes):
         dsp = sum(s.pes for s in per_node[n]) * dsp_per_pe
@@ -220,3 +183,52 @@ def partition(model, board, nodes, *, dsp_per_pe=PAPER_DSP_PER_PE,
     blame = "nodes" if problems else "rate" if network else None
     return Partition(model.name, board.name, plans, layer_pes, unit, ratios,
                      problems + network, blame, tables)
+
+
+def _cut_shares(layer_pes, nodes, share):
+    """The PEs laid out layer after layer and cut into ``nodes`` shares of ``share``: the
+    :class:`Slice` list of each node."""
+    per_node = [[] for _ in range(nodes)]
+    offset = 0
+    for layer, pes in enumerate(layer_pes):
+        done = 0
+        while done < pes:
+            node = min(offset // share, nodes - 1)
+            room = (node + 1) * share - offset if node < nodes - 1 else pes - done
+            take = min(pes - done, room)
+            per_node[node].append(Slice(layer, done, take))
+            done += take
+            offset += take
+    return per_node
+
+
+def _link_bytes(model, shapes, layer_pes, per_node, nodes, has_output):
+    """Network traffic on each link ``n -> n+1`` of the chain, bytes per inference: a
+    layer's complete input travels on to later nodes that compute part of it; while the
+    input is still being produced, the partial results made so far travel on instead."""
+    # Layers in order, the output layer (if any) held by the last node's output unit.
+    layers = len(layer_pes) + (1 if has_output else 0)
+
+    def holders(layer):
+        if layer == len(layer_pes):
+            return {nodes - 1}
+        return {n for n in range(nodes) for s in per_node[n] if s.layer == layer}
+
+    def rows_on(layer, upto):
+        """Outputs of ``layer`` computed on nodes 0..upto."""
+        fan_out = shapes[layer][1]
+        pes = sum(s.pes for n in range(upto + 1) for s in per_node[n] if s.layer == layer)
+        return min(fan_out, math.ceil(fan_out * pes / layer_pes[layer]))
+
+    act_bytes = [b // 8 for b in model.act_bits] + [4]
+    link = [0] * max(nodes - 1, 0)
+    for n in range(nodes - 1):
+        for layer in range(layers):
+            if not any(k > n for k in holders(layer)):
+                continue
+            producers = {0} if layer == 0 else holders(layer - 1)
+            if max(producers) <= n:
+                link[n] += shapes[layer][0] * act_bytes[layer]
+            else:
+                link[n] += rows_on(layer - 1, n) * act_bytes[layer]
+    return link

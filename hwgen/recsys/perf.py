@@ -200,7 +200,7 @@ def fc_stage(in_dim, rows, pes, mults, lanes=LANES, weight_bits=16, act_bits=16,
     ``rows`` are used; ``mults`` at most ``in_dim``)."""
     cfg = FCConfig(in_dim=in_dim, out_dim=rows, pes=min(pes, rows), mults=min(mults, in_dim),
                    lanes=lanes, weight_bits=weight_bits, act_bits=act_bits, out_bits=out_bits)
-    perf = cfg.performance()
+    perf = cfg.performance().to_dict()
     perf["in_beats"] = cfg.in_beats
     perf["out_beats"] = cfg.out_beats
     return perf
@@ -233,23 +233,11 @@ def design_performance(model, board="u280", nodes=4, *, clocks=None, mults=MULTS
     non-positive value.
     """
     board_obj = load_board(board) if isinstance(board, str) else board
-    if nodes < 1:
-        raise ConfigError("nodes", "must be at least 1", value=nodes)
-    clocks = tuple(float(c) for c in (clocks or (135.0,) * nodes))
-    if len(clocks) != nodes:
-        raise ConfigError("clocks", f"needs one clock per node ({nodes})", value=clocks)
-    if min(clocks) <= 0:
-        raise ConfigError("clocks", "must be positive (MHz)", value=clocks)
-    for name, value in (("mults", mults), ("output_mults", output_mults), ("lanes", lanes),
-                        ("link_gbps", link_gbps)):
-        if value <= 0:
-            raise ConfigError(name, "must be positive", value=value)
-    if hop_latency_ns < 0:
-        raise ConfigError("hop_latency_ns", "must be >= 0", value=hop_latency_ns)
+    clocks = _check_perf_args(nodes, clocks, hop_latency_ns, mults=mults,
+                              output_mults=output_mults, lanes=lanes, link_gbps=link_gbps)
     plan = partition(model, board_obj, nodes, dsp_per_pe=dsp_per_pe, link_gbps=link_gbps)
     p = placement or place(model, board_obj, clock_mhz=clocks[0])
     shapes = model.layer_shapes
-    hidden = len(plan.layer_pes)
     act_bytes = [b // 8 for b in model.act_bits] + [4]
     ns = [1e3 / c for c in clocks]                      # ns per cycle of each node
     stages = []
@@ -264,29 +252,7 @@ def design_performance(model, board="u280", nodes=4, *, clocks=None, mults=MULTS
                          "channel_bound_inferences_per_s": p.inferences_per_s}))
 
     # -- FC shares (one stage per node share of a layer) ------------------------------------
-    layers = []                 # per layer: [(node, pes, rows, mults, perf)]
-    for layer in range(len(shapes)):
-        fan_in, fan_out = shapes[layer]
-        if layer < hidden:
-            shares = [(n, s.pes) for n, node in enumerate(plan.nodes) for s in node.slices
-                      if s.layer == layer]
-            rows = _share_rows(fan_out, [pes for _, pes in shares], plan.layer_pes[layer])
-            units = [(n, pes, r, mults) for (n, pes), r in zip(shares, rows)]
-            label = f"L{layer + 1}"
-        else:
-            units = [(nodes - 1, 1, fan_out, output_mults)]
-            label = "out"
-        entries = []
-        for n, pes, r, k in units:
-            perf = fc_stage(fan_in, r, pes, k, lanes, model.weight_bits, act_bytes[layer] * 8,
-                            act_bytes[layer + 1] * 8 if layer + 1 < len(shapes) else 16)
-            stages.append(Stage(f"{label} {min(pes, r)} PEs x {min(k, fan_in)}", n + 1,
-                                clocks[n], perf["cycles_per_inference"],
-                                clocks[n] * 1e6 / perf["cycles_per_inference"],
-                                perf["cycles_single"] * ns[n],
-                                {"layer": label, "in": fan_in, "rows": r}))
-            entries.append((n, r, perf))
-        layers.append((label, entries))
+    layers = _fc_stages(model, plan, nodes, clocks, mults, output_mults, lanes, stages)
 
     def follow(hop_ns):
         """Latency of one inference (ns) and the time each layer's vector is complete."""
@@ -331,6 +297,58 @@ def design_performance(model, board="u280", nodes=4, *, clocks=None, mults=MULTS
         inferences_per_s=slowest.inferences_per_s, bottleneck=f"{slowest.name} (node "
         f"{slowest.node})", latency_ns=latency, latency_parts=parts, hops=hops,
         hop_latency_ns=hop_latency_ns)
+
+
+def _check_perf_args(nodes, clocks, hop_latency_ns, **positive):
+    """The clocks of :func:`design_performance` (one per node, default 135 MHz) as floats,
+    after checking them, ``nodes``, ``hop_latency_ns`` and the ``positive`` parameters;
+    ConfigError naming the parameter otherwise."""
+    if nodes < 1:
+        raise ConfigError("nodes", "must be at least 1", value=nodes)
+    clocks = tuple(float(c) for c in (clocks or (135.0,) * nodes))
+    if len(clocks) != nodes:
+        raise ConfigError("clocks", f"needs one clock per node ({nodes})", value=clocks)
+    if min(clocks) <= 0:
+        raise ConfigError("clocks", "must be positive (MHz)", value=clocks)
+    for name, value in positive.items():
+        if value <= 0:
+            raise ConfigError(name, "must be positive", value=value)
+    if hop_latency_ns < 0:
+        raise ConfigError("hop_latency_ns", "must be >= 0", value=hop_latency_ns)
+    return clocks
+
+
+def _fc_stages(model, plan, nodes, clocks, mults, output_mults, lanes, stages):
+    """The FC stages of :func:`design_performance`, one per node share of a layer (appended
+    to ``stages``); returns per layer ``(label, [(node, rows, fc_stage figures)])``."""
+    shapes = model.layer_shapes
+    hidden = len(plan.layer_pes)
+    act_bytes = [b // 8 for b in model.act_bits] + [4]
+    ns = [1e3 / c for c in clocks]                      # ns per cycle of each node
+    layers = []                 # per layer: [(node, pes, rows, mults, perf)]
+    for layer in range(len(shapes)):
+        fan_in, fan_out = shapes[layer]
+        if layer < hidden:
+            shares = [(n, s.pes) for n, node in enumerate(plan.nodes) for s in node.slices
+                      if s.layer == layer]
+            rows = _share_rows(fan_out, [pes for _, pes in shares], plan.layer_pes[layer])
+            units = [(n, pes, r, mults) for (n, pes), r in zip(shares, rows)]
+            label = f"L{layer + 1}"
+        else:
+            units = [(nodes - 1, 1, fan_out, output_mults)]
+            label = "out"
+        entries = []
+        for n, pes, r, k in units:
+            perf = fc_stage(fan_in, r, pes, k, lanes, model.weight_bits, act_bytes[layer] * 8,
+                            act_bytes[layer + 1] * 8 if layer + 1 < len(shapes) else 16)
+            stages.append(Stage(f"{label} {min(pes, r)} PEs x {min(k, fan_in)}", n + 1,
+                                clocks[n], perf["cycles_per_inference"],
+                                clocks[n] * 1e6 / perf["cycles_per_inference"],
+                                perf["cycles_single"] * ns[n],
+                                {"layer": label, "in": fan_in, "rows": r}))
+            entries.append((n, r, perf))
+        layers.append((label, entries))
+    return layers
 
 
 def paper_designs(model, board="u280", **options):

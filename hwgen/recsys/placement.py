@@ -442,16 +442,8 @@ def place(model, board, *, onchip_bytes=None, hbm_channels=None, ddr_channels=No
         Naming what does not fit: the total off-chip bytes against the channels' capacity, or
         the tables that find no channel.
     """
-    if isinstance(board, str):
-        board = load_board(board)
-    if not isinstance(board, Board):
-        raise ConfigError("board", "must be a board name or a hwgen.boards.Board", value=board)
-    for name, value in (("onchip_bytes", onchip_bytes), ("hbm_channels", hbm_channels),
-                        ("ddr_channels", ddr_channels),
-                        ("hbm_table_max_bytes", hbm_table_max_bytes)):
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise ConfigError(name, "must be an integer >= 0 (or None for the board's)",
-                              value=value)
+    board = _check_place_args(board, onchip_bytes=onchip_bytes, hbm_channels=hbm_channels,
+                              ddr_channels=ddr_channels, hbm_table_max_bytes=hbm_table_max_bytes)
     clock_mhz = clock_mhz or board.kernel_clock_mhz
     models = {**MEMORY_MODELS, **(memory_models or {})}
     eb = model.elem_bits
@@ -500,25 +492,60 @@ def place(model, board, *, onchip_bytes=None, hbm_channels=None, ddr_channels=No
     # 2./3. off chip: the fewest rounds for which everything fits
     bins = None
     if offchip:
-        channels = len(hbm) + len(ddr)
-        lo = max(-(-len(offchip) // channels), -(-len(forced) // len(ddr)) if ddr else 0)
-        # without a limit on tables per channel first: if that fails, nothing will
-        bins, failed = _assign(offchip, padded, fits_hbm, hbm, ddr, len(offchip))
-        for rounds in range(lo, len(offchip)) if bins is not None else ():
-            fewer, _ = _assign(offchip, padded, fits_hbm, hbm, ddr, rounds)
-            if fewer is not None:
-                bins = fewer
-                break
-        if bins is None:
-            names = ", ".join(f"{t} ({_fmt(padded[t])})" for t in sorted(failed)[:6])
-            raise ConfigError("tables", f"tables {names} find no channel with room left in "
+        bins = _fewest_rounds(offchip, padded, fits_hbm, hbm, ddr, forced,
                               f"{board.name}'s {what} ({_fmt(total)} off chip)")
 
-    # addresses
+    slots = _addresses(model, n, onchip, bins, exact, strides, padded)
+    plans = []
+    for b in bins or []:
+        if b.tables:
+            plans.append(_channel_plan(b, slots, clock_mhz, lambda kind: models[kind]))
+    plans.sort(key=lambda p: (p.kind != HBM_KIND, p.kind, p.index))
+    used_kinds = {p.kind for p in plans}
+    return Placement(model=model, board=board.name, clock_mhz=clock_mhz, onchip_budget=budget,
+                     slots=tuple(slots), channels=tuple(plans),
+                     memory_models={k: v for k, v in models.items() if k in used_kinds})
+
+
+def _check_place_args(board, **counts):
+    """The :class:`Board` of ``board`` (a name or a Board), after checking the channel and
+    byte ``counts`` of :func:`place` (integers >= 0 or None); ConfigError otherwise."""
+    if isinstance(board, str):
+        board = load_board(board)
+    if not isinstance(board, Board):
+        raise ConfigError("board", "must be a board name or a hwgen.boards.Board", value=board)
+    for name, value in counts.items():
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise ConfigError(name, "must be an integer >= 0 (or None for the board's)",
+                              value=value)
+    return board
+
+
+def _fewest_rounds(offchip, padded, fits_hbm, hbm, ddr, forced, where):
+    """The bins of the off-chip tables at the fewest rounds (tables per channel) for which
+    everything fits; ConfigError naming the tables that find no room in ``where``."""
+    channels = len(hbm) + len(ddr)
+    lo = max(-(-len(offchip) // channels), -(-len(forced) // len(ddr)) if ddr else 0)
+    # without a limit on tables per channel first: if that fails, nothing will
+    bins, failed = _assign(offchip, padded, fits_hbm, hbm, ddr, len(offchip))
+    for rounds in range(lo, len(offchip)) if bins is not None else ():
+        fewer, _ = _assign(offchip, padded, fits_hbm, hbm, ddr, rounds)
+        if fewer is not None:
+            bins = fewer
+            break
+    if bins is None:
+        names = ", ".join(f"{t} ({_fmt(padded[t])})" for t in sorted(failed)[:6])
+        raise ConfigError("tables", f"tables {names} find no channel with room left in "
+                          f"{where}")
+    return bins
+
+
+def _addresses(model, n, onchip, bins, exact, strides, padded):
+    """The :class:`TableSlot` of each of the ``n`` tables: on chip, or at an aligned base in
+    its bin's channel (tables in table order; sets each bin's ``end``)."""
     slots = [None] * n
     for t in onchip:
         slots[t] = TableSlot(t, "onchip", 0, exact[t] // model.tables[t].rows, exact[t], 0)
-    plans = []
     for b in bins or []:
         if not b.tables:
             continue
@@ -531,14 +558,7 @@ def place(model, board, *, onchip_bytes=None, hbm_channels=None, ddr_channels=No
                                  padded[t], max(1, strides[t] // word))
             end = base + padded[t]
         b.end = end
-    for b in bins or []:
-        if b.tables:
-            plans.append(_channel_plan(b, slots, clock_mhz, lambda kind: models[kind]))
-    plans.sort(key=lambda p: (p.kind != HBM_KIND, p.kind, p.index))
-    used_kinds = {p.kind for p in plans}
-    return Placement(model=model, board=board.name, clock_mhz=clock_mhz, onchip_budget=budget,
-                     slots=tuple(slots), channels=tuple(plans),
-                     memory_models={k: v for k, v in models.items() if k in used_kinds})
+    return slots
 
 
 def _describe(board, hbm, ddr):
