@@ -325,62 +325,13 @@ def parse_layers(obj, where="layers", base_dir=None):
     pre = f"{where}." if where != "layers" else ""
     layers, seen = [], {}
     for i, lobj in enumerate(_need(obj, "layers", where, list)):
-        w = f"{pre}layers[{i}]"
-        if not isinstance(lobj, dict):
-            raise ConfigError(w, "must be an object")
-        _unknown_keys(lobj, ("name", "count", "label", "modules", "comment"), w)
-        name = _name(_need(lobj, "name", w), f"{w}.name")
-        if name in seen:
-            raise ConfigError(f"{w}.name", "duplicate layer name", value=name)
-        count = lobj.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 255:
-            raise ConfigError(f"{w}.count", "must be an integer in 1..255", value=count)
-        mods = _need(lobj, "modules", w, list)
-        if not mods:
-            raise ConfigError(f"{w}.modules", "needs at least one module")
-        modules = []
-        for j, m in enumerate(mods):
-            mw = f"{w}.modules[{j}]"
-            if not isinstance(m, dict):
-                raise ConfigError(mw, "must be an object")
-            _unknown_keys(m, ("kind", "params"), mw)
-            kind = _need(m, "kind", mw, str)
-            params = m.get("params", {})
-            if isinstance(params, dict):
-                params = _resolve_files(kind, params, base_dir, mw)
-            _check_module(kind, params, mw)
-            modules.append(Module(kind, dict(params)))
-        label = lobj.get("label", "+".join(m.kind for m in modules))
-        layer = Layer(name, count, tuple(modules), label)
-        seen[name] = layer
+        layer = _parse_layer(lobj, f"{pre}layers[{i}]", seen, base_dir)
+        seen[layer.name] = layer
         layers.append(layer)
     instances = {i for l in layers for i in l.instances()}
 
     def refs(value, w, end):
-        items = value if isinstance(value, list) else [value]
-        if not items:
-            raise ConfigError(w, "names no kernel")
-        out = []
-        for item in items:
-            if item == end:
-                if len(items) != 1:
-                    raise ConfigError(w, f"`{end}` stands alone", value=value)
-                return (end,)
-            m = _REF.match(item) if isinstance(item, str) else None
-            if m is None or m.group(1) not in seen:
-                raise ConfigError(w, "names no layer of the description (layers: "
-                                  + ", ".join(seen) + f", or {end})", value=item)
-            layer = seen[m.group(1)]
-            if m.group(2) is None:
-                out.extend(layer.instances())
-            elif item in instances:
-                out.append(item)
-            else:
-                raise ConfigError(w, f"layer {layer.name} has {layer.count} instance(s)",
-                                  value=item)
-        if len(set(out)) != len(out):
-            raise ConfigError(w, "names a kernel twice", value=value)
-        return tuple(out)
+        return _refs(value, w, end, seen, instances)
 
     connections, names = [], set(seen)
     conns = obj.get("connections", [])
@@ -429,6 +380,66 @@ def parse_layers(obj, where="layers", base_dir=None):
     return LayerDescription(obj.get("name", ""), tuple(layers), tuple(connections))
 
 
+def _parse_layer(lobj, w, seen, base_dir):
+    """The :class:`Layer` of the layer object ``lobj`` at ``w`` (its name not in ``seen``,
+    the layers before it)."""
+    if not isinstance(lobj, dict):
+        raise ConfigError(w, "must be an object")
+    _unknown_keys(lobj, ("name", "count", "label", "modules", "comment"), w)
+    name = _name(_need(lobj, "name", w), f"{w}.name")
+    if name in seen:
+        raise ConfigError(f"{w}.name", "duplicate layer name", value=name)
+    count = lobj.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 255:
+        raise ConfigError(f"{w}.count", "must be an integer in 1..255", value=count)
+    mods = _need(lobj, "modules", w, list)
+    if not mods:
+        raise ConfigError(f"{w}.modules", "needs at least one module")
+    modules = []
+    for j, m in enumerate(mods):
+        mw = f"{w}.modules[{j}]"
+        if not isinstance(m, dict):
+            raise ConfigError(mw, "must be an object")
+        _unknown_keys(m, ("kind", "params"), mw)
+        kind = _need(m, "kind", mw, str)
+        params = m.get("params", {})
+        if isinstance(params, dict):
+            params = _resolve_files(kind, params, base_dir, mw)
+        _check_module(kind, params, mw)
+        modules.append(Module(kind, dict(params)))
+    label = lobj.get("label", "+".join(m.kind for m in modules))
+    return Layer(name, count, tuple(modules), label)
+
+
+def _refs(value, w, end, seen, instances):
+    """The kernels a connection's ``from``/``to`` at ``w`` names: ``(end,)`` (``input`` or
+    ``output``), or instances of the layers ``seen`` (a layer name: all its instances)."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ConfigError(w, "names no kernel")
+    out = []
+    for item in items:
+        if item == end:
+            if len(items) != 1:
+                raise ConfigError(w, f"`{end}` stands alone", value=value)
+            return (end,)
+        m = _REF.match(item) if isinstance(item, str) else None
+        if m is None or m.group(1) not in seen:
+            raise ConfigError(w, "names no layer of the description (layers: "
+                              + ", ".join(seen) + f", or {end})", value=item)
+        layer = seen[m.group(1)]
+        if m.group(2) is None:
+            out.extend(layer.instances())
+        elif item in instances:
+            out.append(item)
+        else:
+            raise ConfigError(w, f"layer {layer.name} has {layer.count} instance(s)",
+                              value=item)
+    if len(set(out)) != len(out):
+        raise ConfigError(w, "names a kernel twice", value=value)
+    return tuple(out)
+
+
 def _port(value, dst, where):
     """The ``port`` of a connection: None, an input name, or {receiver: input name}."""
     if value is None:
@@ -458,7 +469,6 @@ _PORT = re.compile(r"^i_\d+_[A-Za-z_]\w*$")
 def parse(obj, base_dir=None, path=None):
     """A :class:`Description` from the cluster description's JSON object; ``layers`` paths are
     relative to ``base_dir``."""
-    from ..boards import board_names
     if not isinstance(obj, dict):
         raise ConfigError("description", "must be a JSON object")
     _unknown_keys(obj, ("name", "data_bits", "sequence_length", "kernels", "layers",
@@ -506,61 +516,11 @@ def parse(obj, base_dir=None, path=None):
         if lval is None:
             raise ConfigError(f"{w}.layers", "missing (no layer description for this cluster)")
         layers = layers_of(lval, f"{w}.layers")
-        reserved = {}
-        reserved_obj = cobj.get("reserved_ids", {})
-        if not isinstance(reserved_obj, dict):
-            raise ConfigError(f"{w}.reserved_ids", "must be an object {\"<kernel id>\": "
-                              "\"why\"}", value=reserved_obj)
-        for key, why in reserved_obj.items():
-            try:
-                kid = int(key)
-            except ValueError:
-                raise ConfigError(f"{w}.reserved_ids", "keys must be kernel ids",
-                                  value=key) from None
-            if not 1 <= kid < MAX_KERNELS:
-                raise ConfigError(f"{w}.reserved_ids", f"ids are 1..{MAX_KERNELS - 1} "
-                                  "(0 is the gateway)", value=kid)
-            reserved[kid] = str(why)
-        output = cobj.get("output")
-        if output is not None:
-            if not isinstance(output, dict):
-                raise ConfigError(f"{w}.output", "must be {\"cluster\": c, \"kernel\": k}")
-            _unknown_keys(output, ("cluster", "kernel", "ip"), f"{w}.output")
-            for key, hi in (("cluster", MAX_CLUSTERS), ("kernel", MAX_KERNELS)):
-                v = _need(output, key, f"{w}.output", int)
-                if not 0 <= v < hi:
-                    raise ConfigError(f"{w}.output.{key}", f"must be in 0..{hi - 1}", value=v)
-            if "ip" in output:
-                _check_ip(output["ip"], f"{w}.output.ip")
-        elif any(c.dst == ("output",) for c in layers.connections):
-            raise ConfigError(f"{w}.output", "missing: the layers send to `output`")
+        reserved = _reserved_ids(cobj, w)
+        output = _cluster_output(cobj, w, layers)
         fpgas, fnames = [], set()
         for j, fobj in enumerate(_need(cobj, "fpgas", w, list)):
-            fw = f"{w}.fpgas[{j}]"
-            if not isinstance(fobj, dict):
-                raise ConfigError(fw, "must be an object")
-            _unknown_keys(fobj, ("name", "board", "ip", "kernels", "comment"), fw)
-            fname = _name(_need(fobj, "name", fw, str), f"{fw}.name")
-            if fname in fnames:
-                raise ConfigError(f"{fw}.name", "duplicate FPGA name", value=fname)
-            fnames.add(fname)
-            board = _need(fobj, "board", fw, str)
-            if board not in board_names():
-                raise ConfigError(f"{fw}.board", "unknown board; one of "
-                                  + ", ".join(board_names()), value=board)
-            ip = _check_ip(_need(fobj, "ip", fw, str), f"{fw}.ip")
-            if ip in ips:
-                raise ConfigError(f"{fw}.ip", f"already used by {ips[ip]}", value=ip)
-            ips[ip] = fw
-            kernels = _need(fobj, "kernels", fw, list)
-            for k, ref in enumerate(kernels):
-                if not isinstance(ref, str):
-                    raise ConfigError(f"{fw}.kernels[{k}]", "must be a kernel name (a "
-                                      "string such as \"layer[0]\")", value=ref)
-            if len(kernels) > MAX_KERNELS:
-                raise ConfigError(f"{fw}.kernels", f"an FPGA holds at most {MAX_KERNELS} "
-                                  "kernels", value=len(kernels))
-            fpgas.append(FPGA(fname, board, ip, tuple(kernels)))
+            fpgas.append(_parse_fpga(fobj, f"{w}.fpgas[{j}]", fnames, ips))
         if not fpgas:
             raise ConfigError(f"{w}.fpgas", "a cluster needs at least one FPGA")
         clusters.append(Cluster(cid, cobj.get("name", f"cluster{cid}"), tuple(fpgas), layers,
@@ -577,6 +537,76 @@ def parse(obj, base_dir=None, path=None):
             raise ConfigError(f"clusters[{i}].output.ip", f"already used by {ips[out['ip']]}",
                               value=out["ip"])
     return Description(obj.get("name", ""), data_bits, tuple(clusters), path, seq, kmode)
+
+
+def _reserved_ids(cobj, w):
+    """The ``reserved_ids`` of the cluster object ``cobj`` at ``w``: ``{kernel id: why}``."""
+    reserved = {}
+    reserved_obj = cobj.get("reserved_ids", {})
+    if not isinstance(reserved_obj, dict):
+        raise ConfigError(f"{w}.reserved_ids", "must be an object {\"<kernel id>\": "
+                          "\"why\"}", value=reserved_obj)
+    for key, why in reserved_obj.items():
+        try:
+            kid = int(key)
+        except ValueError:
+            raise ConfigError(f"{w}.reserved_ids", "keys must be kernel ids",
+                              value=key) from None
+        if not 1 <= kid < MAX_KERNELS:
+            raise ConfigError(f"{w}.reserved_ids", f"ids are 1..{MAX_KERNELS - 1} "
+                              "(0 is the gateway)", value=kid)
+        reserved[kid] = str(why)
+    return reserved
+
+
+def _cluster_output(cobj, w, layers):
+    """The ``output`` of the cluster object ``cobj`` at ``w`` (None when absent; required
+    when ``layers`` send to ``output``)."""
+    output = cobj.get("output")
+    if output is not None:
+        if not isinstance(output, dict):
+            raise ConfigError(f"{w}.output", "must be {\"cluster\": c, \"kernel\": k}")
+        _unknown_keys(output, ("cluster", "kernel", "ip"), f"{w}.output")
+        for key, hi in (("cluster", MAX_CLUSTERS), ("kernel", MAX_KERNELS)):
+            v = _need(output, key, f"{w}.output", int)
+            if not 0 <= v < hi:
+                raise ConfigError(f"{w}.output.{key}", f"must be in 0..{hi - 1}", value=v)
+        if "ip" in output:
+            _check_ip(output["ip"], f"{w}.output.ip")
+    elif any(c.dst == ("output",) for c in layers.connections):
+        raise ConfigError(f"{w}.output", "missing: the layers send to `output`")
+    return output
+
+
+def _parse_fpga(fobj, fw, fnames, ips):
+    """The :class:`FPGA` of the FPGA object ``fobj`` at ``fw``; its name is added to
+    ``fnames`` (the cluster's FPGA names) and its IP to ``ips`` (``{ip: where}``, all
+    clusters)."""
+    from ..boards import board_names
+    if not isinstance(fobj, dict):
+        raise ConfigError(fw, "must be an object")
+    _unknown_keys(fobj, ("name", "board", "ip", "kernels", "comment"), fw)
+    fname = _name(_need(fobj, "name", fw, str), f"{fw}.name")
+    if fname in fnames:
+        raise ConfigError(f"{fw}.name", "duplicate FPGA name", value=fname)
+    fnames.add(fname)
+    board = _need(fobj, "board", fw, str)
+    if board not in board_names():
+        raise ConfigError(f"{fw}.board", "unknown board; one of "
+                          + ", ".join(board_names()), value=board)
+    ip = _check_ip(_need(fobj, "ip", fw, str), f"{fw}.ip")
+    if ip in ips:
+        raise ConfigError(f"{fw}.ip", f"already used by {ips[ip]}", value=ip)
+    ips[ip] = fw
+    kernels = _need(fobj, "kernels", fw, list)
+    for k, ref in enumerate(kernels):
+        if not isinstance(ref, str):
+            raise ConfigError(f"{fw}.kernels[{k}]", "must be a kernel name (a "
+                              "string such as \"layer[0]\")", value=ref)
+    if len(kernels) > MAX_KERNELS:
+        raise ConfigError(f"{fw}.kernels", f"an FPGA holds at most {MAX_KERNELS} "
+                          "kernels", value=len(kernels))
+    return FPGA(fname, board, ip, tuple(kernels))
 
 
 def _check_ip(ip, where):
