@@ -267,6 +267,7 @@ class Config:
 
     @classmethod
     def fields(cls):
+        """``{name: dataclasses.Field}`` of the parameters, in declaration order."""
         return {f.name: f for f in dataclasses.fields(cls)}
 
     @classmethod
@@ -281,6 +282,7 @@ class Config:
 
     @classmethod
     def from_json(cls, path):
+        """Build from a JSON file holding an object of parameters (``--config``)."""
         from .checks import read_json
         values = read_json(path, "config")
         if not isinstance(values, dict):
@@ -303,6 +305,7 @@ class Config:
         return type(self).from_dict(values)
 
     def replace(self, **changes):
+        """A copy with ``changes`` applied, validated again."""
         return dataclasses.replace(self, **changes)
 
     # -- views -------------------------------------------------------------------------------

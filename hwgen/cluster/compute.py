@@ -89,8 +89,8 @@ from ..ibert.stream_rows import beats_per_row, to_beats
 from ..lib.row_ports import RowKernel, RowPort, shape_holds
 
 __all__ = ["RowPort", "kernel_ports", "chainable", "chainable_kinds", "Regroup", "ChainPlan",
-           "chain_plan", "KernelChain", "ChainModule", "KernelChainConfig", "KernelChainModel", "TEST_CONFIGS",
-           "decode_rows"]
+           "chain_plan", "KernelChain", "ChainModule", "KernelChainConfig", "KernelChainModel",
+           "TEST_CONFIGS", "decode_rows"]
 
 OUTPUT = "o_y"
 
@@ -174,6 +174,8 @@ class Regroup(wiring.Component):
 
     @property
     def capacity(self):
+        """``C``: elements of the shifting buffer of a general lane ratio (``src.lanes + 2
+        dst.lanes - 1``; see the class docstring)."""
         return self.src.lanes + 2 * self.dst.lanes - 1
 
     def _input(self, m):
@@ -345,6 +347,8 @@ class ChainPlan:
     output: RowPort
 
     def feed_port(self, k):
+        """The :class:`RowPort` of module ``k``'s fed input (the one the module before
+        drives)."""
         inputs, feed, _ = self.ports[k]
         return next(p for p in inputs if p.member == feed)
 

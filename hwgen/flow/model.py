@@ -59,6 +59,7 @@ class SimOption:
 
     @property
     def flag(self):
+        """The command-line flag: ``--`` and the name with ``-`` for ``_``."""
         return "--" + self.name.replace("_", "-")
 
 
