@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from hwgen import registry
 from hwgen.cli import main
 from hwgen.contract import RESOURCE_KEYS
-from hwgen.host.protocol import recv_message, send_message
-from hwgen.host.shard import save_shard
+from hwgen.vecsearch.host.protocol import recv_message, send_message
+from hwgen.vecsearch.host.shard import save_shard
 
 TREE = {
     "": {"list", "config", "build", "sim", "synth", "timing", "sweep", "bench", "dataset", "demo",

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from hwgen.host.coordinator import (Coordinator, merge_topk, same_results, shard_lists)
-from hwgen.host.node_server import NodeService, save_shard
-from hwgen.host.protocol import recv_message, send_message
+from hwgen.vecsearch.host.coordinator import (Coordinator, merge_topk, same_results, shard_lists)
+from hwgen.vecsearch.host.node_server import NodeService, save_shard
+from hwgen.vecsearch.host.protocol import recv_message, send_message
 from hwgen.vecsearch.node import ChamVSNodeConfig
 from hwgen.vecsearch.node_model import Shard, prepare
 
@@ -29,7 +29,7 @@ def dataset():
 
 
 def _start(path, backend="golden", *args):
-    proc = subprocess.Popen([sys.executable, "-m", "hwgen.host.node_server", str(path),
+    proc = subprocess.Popen([sys.executable, "-m", "hwgen.vecsearch.host.node_server", str(path),
                              "--port", "0", "--backend", backend, *args],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()

@@ -67,7 +67,7 @@ def test_token_states_equal_hugging_face(dtype, bound):
     of those magnitudes), under every CPU path (``tests/test_cpu_paths.py``)."""
     transformers = pytest.importorskip("transformers")
     import torch
-    from hwgen.host.windve.model import MiniLM, load_tokenizer, model_dir
+    from hwgen.windve.model import MiniLM, load_tokenizer, model_dir
     ref = transformers.AutoModel.from_pretrained(str(model_dir()), local_files_only=True)
     ref = ref.to(getattr(torch, dtype)).eval()
     model = MiniLM(dtype=dtype)

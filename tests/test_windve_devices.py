@@ -7,7 +7,7 @@ import os
 import pytest
 
 from hwgen.errors import ConfigError
-from hwgen.host.windve.devices import Instance, describe, detect, parse_devices, plan
+from hwgen.windve.devices import Instance, describe, detect, parse_devices, plan
 
 CORES = sorted(os.sched_getaffinity(0))
 GPU = Instance("gpu", 0, torch_device="cuda:0")

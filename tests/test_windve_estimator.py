@@ -1,11 +1,11 @@
-"""WindVE's queue-depth estimator (hwgen.host.windve.estimator): the NNLS fit of paper eq. 12,
+"""WindVE's queue-depth estimator (hwgen.windve.estimator): the NNLS fit of paper eq. 12,
 the depth it predicts, the step stress test it is compared with (Table 3), and input errors."""
 
 import numpy as np
 import pytest
 
 from hwgen.errors import ConfigError
-from hwgen.host.windve.estimator import (fit_linear, predict_depth, profile_points,
+from hwgen.windve.estimator import (fit_linear, predict_depth, profile_points,
                                          stress_depth, table3)
 
 

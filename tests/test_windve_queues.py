@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from hwgen.host.windve.queues import BUSY, DeviceQueue, QueueManager, Request
+from hwgen.windve.queues import BUSY, DeviceQueue, QueueManager, Request
 
 
 def _manager(main=4, cpu=2, heterogeneous=True):

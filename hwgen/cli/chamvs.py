@@ -9,7 +9,7 @@ from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
 from ..errors import ConfigError, SimulationMismatch
-from ..host import node_server
+from ..vecsearch.host import node_server
 from .common import config as _config
 from .common import k_option, progress, with_config_options
 from .common import seed as _seed
@@ -62,7 +62,7 @@ def demo(queries, stall, seed):
 def serve(shard, port, host, backend, timeout, max_queries, max_inflight_bytes,
           max_connections):
     """Serve one node SHARD (from `hwgen chamvs shard`) over TCP until interrupted; the same
-    program as `python -m hwgen.host.node_server`."""
+    program as `python -m hwgen.vecsearch.host.node_server`."""
     sys.exit(node_server.main([
         str(shard), "--port", str(port), "--host", host, "--backend", backend,
         "--timeout", repr(timeout), "--max-queries", str(max_queries),
@@ -84,7 +84,7 @@ def serve(shard, port, host, backend, timeout, max_queries, max_inflight_bytes,
 def chamvs_shard(base, sets, config_file, nodes, scheme, out_dir):
     """Train the node's IVF-PQ index on BASE (.npy vectors) and write one shard per node,
     for `hwgen chamvs serve SHARD.npz`."""
-    from ..host.shard import make_shards
+    from ..vecsearch.host.shard import make_shards
     from ..vecsearch.node_model import load_vectors
     checks.at_least("nodes", nodes, 1, 1024)
     vectors = load_vectors(base, "base")

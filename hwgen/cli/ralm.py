@@ -50,7 +50,7 @@ def _common(fn):
 
 
 def _retriever(s, index_dir, timeout):
-    from ..host.ralm import knnlm
+    from ..ralm import knnlm
     return knnlm.Retriever(index_dir, backend=s.backend,
                            timeout=timeout or (900.0 if s.backend == "rtl" else 10.0))
 
@@ -58,7 +58,7 @@ def _retriever(s, index_dir, timeout):
 def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, timeout, **more):
     import torch
 
-    from ..host.ralm import chamlm, lm
+    from ..ralm import chamlm, lm
     checks.at_least("threads", threads, 1, 256)
     checks.at_least("nodes", nodes, 1, 64)
     if timeout is not None and not timeout > 0:
@@ -98,7 +98,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
                **common):
     """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
     the per-token time of the LM step and of the retrieval."""
-    from ..host.ralm import chamlm
+    from ..ralm import chamlm
     if json_path:
         checks.output_file("json", json_path)
     checks.at_least("eval_tokens", eval_tokens, 1)
@@ -175,7 +175,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
 @reports_errors
 def ralm_generate(prompt, interval, tokens, lam, show, **common):
     """Continue PROMPT greedily with the kNN-LM and show each retrieval's neighbours."""
-    from ..host.ralm import chamlm
+    from ..ralm import chamlm
     if not prompt.strip():
         raise ConfigError("prompt", "must be non-empty text")
     checks.at_least("interval", interval, 1)

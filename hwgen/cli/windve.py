@@ -40,7 +40,7 @@ def parse_depths(text):
 
 
 def _plan(devices, heterogeneous):
-    from ..host.windve import devices as dev
+    from ..windve import devices as dev
     instances = dev.parse_devices(devices) if devices else dev.detect()
     plan = dev.plan(instances, heterogeneous)
     for line in dev.describe(plan):
@@ -89,7 +89,7 @@ def serve_run(devices, heterogeneous, depths, host, port, max_batch, max_wait_ms
               truncate):
     """Serve POST /v1/embeddings, GET /metrics and GET /health until interrupted."""
     import uvicorn
-    from ..host.windve.service import EmbeddingService, create_app
+    from ..windve.service import EmbeddingService, create_app
     depth = parse_depths(depths)
     checks.at_least("max_batch", max_batch, 1)
     checks.at_least("max_texts", max_texts, 1)
@@ -155,7 +155,7 @@ def _levels(text):
 @reports_errors
 def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
     """Closed-loop stress test of a running service: main-only vs heterogeneous."""
-    from ..host.windve import stress
+    from ..windve import stress
     _check_inputs([slo], json_path, plot_path)
     checks.at_least("rounds", rounds, 1)
     texts = stress.default_texts()
@@ -198,8 +198,8 @@ def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
 def serve_calibrate(devices, heterogeneous, slos, max_profile, json_path, plot_path):
     """Fit t = alpha*C + beta per device, predict the queue depths, compare with a stress
     test in steps of 8 (the paper's Table 3)."""
-    from ..host.windve import stress
-    from ..host.windve.calibrate import calibrate, plot_calibration
+    from ..windve import stress
+    from ..windve.calibrate import calibrate, plot_calibration
     slos = slos or (1.0, 2.0)
     _check_inputs(slos, json_path, plot_path)
     checks.at_least("max_profile", max_profile, 2)

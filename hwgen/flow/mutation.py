@@ -28,7 +28,7 @@ PACKAGES = {
     "golden: espn": ["hwgen/espn/golden.py"],
     "golden: recsys": ["hwgen/recsys/golden.py"],
     "golden: cluster": ["hwgen/cluster/golden.py"],
-    "host: ralm": ["hwgen/host/ralm/knnlm.py", "hwgen/host/ralm/chamlm.py"],
+    "host: ralm": ["hwgen/ralm/knnlm.py", "hwgen/ralm/chamlm.py"],
 }
 
 #: Kill-rate floors the bench enforces (issue 37: 80 % on the golden models).

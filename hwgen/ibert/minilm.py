@@ -447,7 +447,7 @@ def export(out_dir, p=None):
 def cosine_table(n_sentences=500, threads=1):
     """Cosine similarity between the sentence embeddings of the integer golden MiniLM
     (:func:`hwgen.ibert.encoder.sentence_embedding`: integer embeddings and 6 integer layers,
-    mean pooling, L2 normalisation) and float MiniLM (``hwgen.host.windve.model.MiniLM``,
+    mean pooling, L2 normalisation) and float MiniLM (``hwgen.windve.model.MiniLM``,
     sentence-transformers' computation) on ``n_sentences`` held-out Lee sentences.
 
     Returns ``{"n", "mean", "min", "max", "std", "seconds", "tokens_mean"}``.

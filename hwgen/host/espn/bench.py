@@ -292,6 +292,54 @@ def _int8(index, queries, relevant, nprobe, candidates, k):
             "mrr10_int8": _mean_mrr(i8, index.origin, relevant)}
 
 
+def _memory_sizes(index, threads):
+    """The ``memory`` entry of :func:`run`: in-memory and ESPN bytes, the files' sizes."""
+    token_bytes, file_bytes = index.meta["token_bytes"], index.meta["file_bytes"]
+    espn_bytes = index.memory_bytes() + threads * 2 * 16 * 4096      # + read buffers
+    # in memory, the embeddings need not be padded: count them compact (the smaller figure)
+    return {"in_memory_bytes": index.memory_bytes() + token_bytes,
+            "espn_bytes": espn_bytes, "token_bytes": token_bytes,
+            "file_bytes": file_bytes, "ivf_bytes": index.meta["ivf_bytes"],
+            "ratio": (index.memory_bytes() + token_bytes) / espn_bytes}
+
+
+def _save_queries(qfile, encoded, dim):
+    """The encoded queries into ``qfile`` (``.npz``: pooled, padded tokens, lengths) for the
+    budget workers."""
+    lengths = [q.tokens.shape[0] for q in encoded]
+    tokens = np.zeros((len(encoded), max(lengths), dim), np.float16)
+    for i, q in enumerate(encoded):
+        tokens[i, :lengths[i]] = q.tokens
+    np.savez(qfile, pooled=np.stack([q.pooled for q in encoded]), tokens=tokens,
+             lengths=np.asarray(lengths))
+
+
+def _method_rows(out, failure, methods, encode_ms, reference):
+    """Each method's row of a memory budget from its worker's ``out`` (latency percentiles,
+    end to end with the queries' ``encode_ms``; whether the results equal the in-memory
+    ``reference``, taken from ``out`` when None). Returns ``(rows, reference)``."""
+    if reference is None and "error" not in out.get("in-memory", {"error": 1}):
+        reference = out["in-memory"]
+    rows = {}
+    for m in methods:
+        r = out.get(m, {"error": failure or "not run"})
+        if "error" in r:
+            rows[m] = {"error": r["error"]}
+            continue
+        e2e = [a + b for a, b in zip(r["retrieval_ms"], encode_ms)]
+        row = {"retrieval": percentiles(r["retrieval_ms"]),
+               "end_to_end": percentiles(e2e), "ann_ms": percentiles(r["ann_ms"]),
+               "after_ann_ms": percentiles(r["after_ann_ms"]),
+               "bytes_per_query": r["bytes_per_query"], "hit_rate": r["hit_rate"],
+               "resident_bytes": r["resident_bytes"],
+               "peak_rss_bytes": r["peak_rss_bytes"]}
+        if reference is not None:
+            row["identical_to_in_memory"] = (r["ids"] == reference["ids"] and
+                                             r["scores"] == reference["scores"])
+        rows[m] = row
+    return rows, reference
+
+
 def run(folder, queries=200, warmup=50, nprobe=None, candidates=100, k=10,
         steps=(0.05, 0.10, 0.30), budgets=(0.25, 0.5, 1.0, 2.0), threads=4,
         rerank_counts=(8, 16, 32, 64), batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128),
@@ -316,14 +364,8 @@ def run(folder, queries=200, warmup=50, nprobe=None, candidates=100, k=10,
               "nlist": nlist, "candidates": candidates, "k": k, "queries": len(measured),
               "warmup": warmup, "threads": threads, "encode_ms": percentiles(encode_ms[warmup:])}
 
-    # memory sizes
-    token_bytes, file_bytes = index.meta["token_bytes"], index.meta["file_bytes"]
-    espn_bytes = index.memory_bytes() + threads * 2 * 16 * 4096      # + read buffers
-    # in memory, the embeddings need not be padded: count them compact (the smaller figure)
-    report["memory"] = {"in_memory_bytes": index.memory_bytes() + token_bytes,
-                        "espn_bytes": espn_bytes, "token_bytes": token_bytes,
-                        "file_bytes": file_bytes, "ivf_bytes": index.meta["ivf_bytes"],
-                        "ratio": (index.memory_bytes() + token_bytes) / espn_bytes}
+    report["memory"] = _memory_sizes(index, threads)
+    file_bytes = index.meta["file_bytes"]
 
     # latency per method and budget
     ok, how = budget_mod.available()
@@ -337,12 +379,7 @@ def run(folder, queries=200, warmup=50, nprobe=None, candidates=100, k=10,
               "k": k}
     with tempfile.TemporaryDirectory(prefix="hwgen-espn-") as tmp:
         qfile = Path(tmp) / "queries.npz"
-        lengths = [q.tokens.shape[0] for q in encoded]
-        tokens = np.zeros((len(encoded), max(lengths), index.dim), np.float16)
-        for i, q in enumerate(encoded):
-            tokens[i, :lengths[i]] = q.tokens
-        np.savez(qfile, pooled=np.stack([q.pooled for q in encoded]), tokens=tokens,
-                 lengths=np.asarray(lengths))
+        _save_queries(qfile, encoded, index.dim)
         report["budgets"] = []
         limits, reference = [(None, None)], None
         for fraction, limit in limits:
@@ -360,24 +397,8 @@ def run(folder, queries=200, warmup=50, nprobe=None, candidates=100, k=10,
             entry = {"fraction": fraction, "limit_bytes": limit, "label": label,
                      "peak_bytes": peak, "failure": failure, "methods": {}}
             if out is not None:
-                if reference is None and "error" not in out.get("in-memory", {"error": 1}):
-                    reference = out["in-memory"]
-                for m in methods:
-                    r = out.get(m, {"error": failure or "not run"})
-                    if "error" in r:
-                        entry["methods"][m] = {"error": r["error"]}
-                        continue
-                    e2e = [a + b for a, b in zip(r["retrieval_ms"], encode_ms[warmup:])]
-                    row = {"retrieval": percentiles(r["retrieval_ms"]),
-                           "end_to_end": percentiles(e2e), "ann_ms": percentiles(r["ann_ms"]),
-                           "after_ann_ms": percentiles(r["after_ann_ms"]),
-                           "bytes_per_query": r["bytes_per_query"], "hit_rate": r["hit_rate"],
-                           "resident_bytes": r["resident_bytes"],
-                           "peak_rss_bytes": r["peak_rss_bytes"]}
-                    if reference is not None:
-                        row["identical_to_in_memory"] = (r["ids"] == reference["ids"] and
-                                                         r["scores"] == reference["scores"])
-                    entry["methods"][m] = row
+                entry["methods"], reference = _method_rows(out, failure, methods,
+                                                           encode_ms[warmup:], reference)
             entry["seconds"] = round(time.perf_counter() - t0, 1)
             report["budgets"].append(entry)
             if limit is None and out is not None and ok:

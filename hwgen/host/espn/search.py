@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import ConfigError
+from ...lib import topk
 from ...espn.golden import maxsim_scores
 
 __all__ = ["maxsim", "maxsim_int8", "Query", "Result", "Searcher", "ann_steps", "merge_topk",
@@ -107,13 +108,9 @@ class Result:
 
 
 def merge_topk(parts, k):
-    """Top ``k`` of several ``(scores, ids)`` results of disjoint lists, by score then id."""
-    scores = np.concatenate([p[0] for p in parts])
-    ids = np.concatenate([p[1] for p in parts])
-    keep = ids >= 0
-    scores, ids = scores[keep], ids[keep]
-    order = np.lexsort((ids, -scores))[:k]
-    return scores[order], ids[order]
+    """Top ``k`` of several ``(scores, ids)`` results of disjoint lists, by score then id
+    (:func:`hwgen.lib.topk.merge_topk`, largest first; padding ids dropped)."""
+    return topk.merge_topk(parts, k, largest=True)
 
 
 def ann_steps(ivf, pooled, nprobe, candidates, split=None):

@@ -2,7 +2,7 @@
 
 For each device role of a plan (the main instances, then the CPU instances) the instances are
 started as in the service (their own processes and model copies) behind one
-:class:`~hwgen.host.windve.queues.DeviceQueue` without a depth limit, and a closed loop is run
+:class:`~hwgen.windve.queues.DeviceQueue` without a depth limit, and a closed loop is run
 directly on the queue (no HTTP, so the figures are the device's): ``C`` single-text requests at
 once, the latency of the slowest answer. The estimator profiles a few concurrencies, fits
 ``t = alpha * C + beta`` (non-negative least squares, paper eq. 12) and predicts the largest

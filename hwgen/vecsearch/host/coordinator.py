@@ -13,7 +13,7 @@ Sharding schemes (paper section 4.3):
 Every node runs the same node configuration (lists a node does not hold are empty there), so a
 query goes to all nodes with the same probed list ids. Results are merged by (distance, id).
 
-Wire protocol (:mod:`hwgen.host.protocol`): length-prefixed JSON messages on TCP, over one
+Wire protocol (:mod:`hwgen.vecsearch.host.protocol`): length-prefixed JSON messages on TCP, over one
 persistent connection per node, reused across searches (one request at a time per node; a
 connection that failed, timed out or was closed by the node is dropped and reopened by the next
 request, and a search that finds its reused connection closed retries once on a fresh one
@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from ...lib import topk
 from .protocol import ProtocolError, encode_message, recv_message
 
 __all__ = ["SCHEMES", "shard_lists", "Coordinator", "SearchResult", "merge_topk",
@@ -64,13 +65,9 @@ def shard_lists(list_codes, list_ids, nodes, scheme="split-lists"):
 
 
 def merge_topk(parts, k):
-    """Global top-k of per-node (distances, ids) lists, ordered by (distance, id)."""
-    d = np.concatenate([np.asarray(p[0], dtype=np.int64) for p in parts]) if parts else \
-        np.zeros(0, np.int64)
-    i = np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]) if parts else \
-        np.zeros(0, np.int64)
-    order = np.lexsort((i, d))[:k]
-    return d[order], i[order]
+    """Global top-k of per-node (distances, ids) lists, ordered by (distance, id)
+    (:func:`hwgen.lib.topk.merge_topk` with int64 distances)."""
+    return topk.merge_topk(parts, k, dtype=np.int64)
 
 
 def same_results(a, b):

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import checks
-from ..errors import ConfigError
+from ... import checks
+from ...errors import ConfigError
 
 __all__ = ["save_shard", "load_shard", "shard_metadata", "make_shards", "SHARD_FORMAT"]
 
@@ -144,8 +144,8 @@ def load_shard(path):
     """``(ChamVSNodeConfig, Shard)`` from a file written by :func:`save_shard`; every problem
     (missing file, not an npz, pickle, missing keys, wrong dtypes, shapes or ranges) is one
     :class:`~hwgen.errors.ConfigError` line naming the file."""
-    from ..vecsearch.node import ChamVSNodeConfig
-    from ..vecsearch.node_model import Shard
+    from ..node import ChamVSNodeConfig
+    from ..node_model import Shard
 
     def bad(message):
         return ConfigError("shard", message, value=str(path))
@@ -204,15 +204,16 @@ def make_shards(config, base_vectors, nodes, scheme, out_dir, log=None):
         are. At least ``max(256, nlist)`` vectors are needed to train 8-bit PQ.
     nodes : int
         Number of memory nodes (>= 1).
-    scheme : ``"split-lists"`` or ``"whole-lists"`` (:func:`hwgen.host.coordinator.shard_lists`)
+    scheme : ``"split-lists"`` or ``"whole-lists"``
+        (:func:`hwgen.vecsearch.host.coordinator.shard_lists`)
     out_dir : directory (created if missing) receiving ``node0.npz`` ... ``node{N-1}.npz``
     log : callable taking one line of text, optional
 
     Returns the list of written paths. The index is trained exactly as ``hwgen sim chamvs-node
     --base`` does (:func:`hwgen.vecsearch.node_model.prepare`).
     """
-    from ..vecsearch.node import ChamVSNodeConfig
-    from ..vecsearch.node_model import Shard, load_vectors, prepare
+    from ..node import ChamVSNodeConfig
+    from ..node_model import Shard, load_vectors, prepare
     from .coordinator import SCHEMES, shard_lists
 
     say = log or (lambda line: None)

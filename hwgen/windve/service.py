@@ -34,7 +34,7 @@ import time
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge,
                                Histogram, generate_latest)
 
-from ...models.minilm import MAX_TOKENS, count_tokens
+from ..models.minilm import MAX_TOKENS, count_tokens
 from .queues import BUSY, DeviceQueue, QueueManager, Request
 from .workers import InstanceFailed, start_runners, stop_runners
 
@@ -73,7 +73,7 @@ class _Metrics:
 class EmbeddingService:
     """Queues, instances and metrics of one service (see module docstring).
 
-    ``plan`` is a :class:`~hwgen.host.windve.devices.Plan`; ``depths`` maps ``"main"`` and
+    ``plan`` is a :class:`~hwgen.windve.devices.Plan`; ``depths`` maps ``"main"`` and
     ``"cpu"`` to queue depths in texts.
     """
 

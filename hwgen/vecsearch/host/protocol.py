@@ -16,9 +16,9 @@ bytes of UTF-8 JSON holding an object. Anything else raises :class:`ProtocolErro
     nesting too deep for the parser, an integer literal too long to convert, or a value that
     is not an object). The next message can be read.
 
-Higher layers (:mod:`hwgen.host.node_server`) add kinds of their own for valid messages that
-are bad requests. :func:`error_reply` is the form every error answer takes on the wire:
-``{"error": "<text>", "kind": "<kind>"}``.
+Higher layers (:mod:`hwgen.vecsearch.host.node_server`) add kinds of their own for valid
+messages that are bad requests. :func:`error_reply` is the form every error answer takes on the
+wire: ``{"error": "<text>", "kind": "<kind>"}``.
 """
 
 import json

@@ -2,19 +2,20 @@
 model family of Chameleon's Dec-S; Khandelwal et al.'s kNN-LM).
 
 **Datastore** (:func:`build_datastore`): for every token of a corpus's passages (one forward
-pass per passage, :mod:`hwgen.host.ralm.lm`), the key is the decoder's state before the LM head
+pass per passage, :mod:`hwgen.ralm.lm`), the key is the decoder's state before the LM head
 at that position and the value is the next token; each entry remembers its passage, whose text
 is the neighbour's snippet.
 
 **Index** (:func:`make_index`): keys quantised to the node's signed ``elem_bits`` integers with
 one scale (taken at the 99.9th percentile of ``|key|``, so that the few outlier components of a
 transformer's state do not flatten the rest; larger ones saturate), faiss IVF-PQ trained in
-ChamVS's integer form and written as node shards (:func:`hwgen.host.shard.make_shards`), split
-over ``nodes`` node processes (:mod:`hwgen.host.node_server`, golden backend by default).
+ChamVS's integer form and written as node shards
+(:func:`hwgen.vecsearch.host.shard.make_shards`), split over ``nodes`` node processes
+(:mod:`hwgen.vecsearch.host.node_server`, golden backend by default).
 
 **Retrieval** (:class:`Retriever`): the query is quantised with the same scale, probed against
 the shards' integer coarse centroids (nearest ``nprobe`` lists, as faiss's coarse quantizer
-does), and sent to every node through :class:`~hwgen.host.coordinator.Coordinator`, which
+does), and sent to every node through :class:`~hwgen.vecsearch.host.coordinator.Coordinator`, which
 merges their top-K. A node that fails is left out by the coordinator; when no node answers the
 result is empty and the model goes on with the LM alone.
 
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import ConfigError, ToolError
+from ..errors import ConfigError, ToolError
 
 __all__ = ["Datastore", "build_datastore", "make_index", "Retriever", "knn_distribution",
            "interpolate", "quantize_keys"]
@@ -115,7 +116,7 @@ def quantize_keys(keys, elem_bits, scale=None, percentile=99.9):
     """``(int64 keys, scale)``: ``round(key * scale)`` saturated to signed ``elem_bits``
     (:func:`~hwgen.vecsearch.ivfpq.quantize_vectors`); ``scale`` defaults to the factor that
     maps the ``percentile`` of ``|key|`` (not its maximum) to the largest integer."""
-    from ...vecsearch.ivfpq import quantize_vectors
+    from ..vecsearch.ivfpq import quantize_vectors
     if scale is None:
         keys = np.asarray(keys, dtype=np.float64)
         peak = float(np.percentile(np.abs(keys), percentile)) if keys.size else 0.0
@@ -129,8 +130,8 @@ def make_index(datastore, out_dir, nodes=2, nlist=64, m=32, nprobe=8, k=16, elem
     """Node shards of ``datastore`` in ``out_dir`` (``node0.npz`` ...) plus ``index.json``
     (the key scale, the softmax temperature of :func:`calibrate_temperature` and the node
     configuration); returns the shard paths."""
-    from ...vecsearch.node import ChamVSNodeConfig
-    from ..shard import make_shards
+    from ..vecsearch.node import ChamVSNodeConfig
+    from ..vecsearch.host.shard import make_shards
     config = ChamVSNodeConfig(dim=int(datastore.keys.shape[1]), m=m, nlist=nlist,
                               nprobe_max=nprobe, k=k, elem_bits=elem_bits)
     ints, scale = quantize_keys(datastore.keys, elem_bits)
@@ -146,12 +147,13 @@ class Retriever:
 
     ``search(states)`` -> ``(distances, ids, result)`` for float states ``(q, dim)``:
     ``distances`` float (key units, squared), ``ids`` int datastore entries, -1 padded where a
-    node was missing; ``result`` the coordinator's :class:`~hwgen.host.coordinator.SearchResult`.
+    node was missing; ``result`` the coordinator's
+    :class:`~hwgen.vecsearch.host.coordinator.SearchResult`.
     Use as a context manager; :meth:`close` stops the processes."""
 
     def __init__(self, index_dir, backend="golden", timeout=10.0, nprobe=None, addresses=None):
-        from ..coordinator import Coordinator
-        from ..shard import load_shard
+        from ..vecsearch.host.coordinator import Coordinator
+        from ..vecsearch.host.shard import load_shard
         index_dir = Path(index_dir)
         try:
             info = json.loads((index_dir / "index.json").read_text())
@@ -181,8 +183,8 @@ class Retriever:
             raise
 
     def _start(self, path, backend, timeout):
-        proc = subprocess.Popen([sys.executable, "-m", "hwgen.host.node_server", str(path),
-                                 "--port", "0", "--backend", backend],
+        proc = subprocess.Popen([sys.executable, "-m", "hwgen.vecsearch.host.node_server",
+                                 str(path), "--port", "0", "--backend", backend],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         line = proc.stdout.readline()
@@ -200,10 +202,10 @@ class Retriever:
 
     @functools.cached_property
     def local_services(self):
-        """A :class:`~hwgen.host.node_server.NodeService` per shard in this process (for
+        """A :class:`~hwgen.vecsearch.host.node_server.NodeService` per shard in this process (for
         timing the node search and for the node's cycle model), built on first use."""
-        from ..node_server import NodeService
-        from ..shard import load_shard
+        from ..vecsearch.host.node_server import NodeService
+        from ..vecsearch.host.shard import load_shard
         return [NodeService(*load_shard(p)) for p in self.shard_paths]
 
     def search(self, states):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import softmax
 
-from ...errors import ConfigError
+from ..errors import ConfigError
 from . import knnlm
 
 __all__ = ["Settings", "prepare", "perplexity", "time_split", "generate", "PAPER"]
@@ -67,7 +67,7 @@ class Settings:
 
 
 def _cache_root():
-    from ...flow.build import cache_dir
+    from ..flow.build import cache_dir
     return Path(cache_dir()) / "ralm"
 
 
@@ -79,7 +79,7 @@ def split(passages, every):
 
 def prepare(model, settings, log=None):
     """``(datastore, index_dir, heldout passages)`` for ``settings``, built once and cached."""
-    from ..espn.corpus import load as load_corpus
+    from ..host.espn.corpus import load as load_corpus
     s = settings.check()
     say = log or (lambda line: None)
     passages = load_corpus(s.corpus)
@@ -118,7 +118,7 @@ def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),
     without retrieval and, for each (interval, K, λ), with it. One retrieval per position is
     made (the state at a position does not depend on the interval); an interval uses the
     retrievals at positions ``0, interval, 2·interval, ...`` of each passage and follows
-    their neighbours in between (:func:`~hwgen.host.ralm.knnlm.follow`). Returns
+    their neighbours in between (:func:`~hwgen.ralm.knnlm.follow`). Returns
     ``{"tokens", "lm", "runs": [{"interval", "k", "lambda",
     "ppl", "retrievals"}], "partial_retrievals"}``."""
     T = temperature or retriever.temperature
@@ -173,8 +173,8 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     the cycle model checked against the node's simulation; the slowest node, as they search
     in parallel) at ``clock_mhz`` (default the board's kernel clock). Returns per-token lists
     and means."""
-    from ...boards import load_board
-    from ...vecsearch.model import layout_query_cycles
+    from ..boards import load_board
+    from ..vecsearch.model import layout_query_cycles
     services = retriever.local_services
     service = services[0]
     clock = clock_mhz or load_board(service.config.board).kernel_clock_mhz

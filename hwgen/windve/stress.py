@@ -33,8 +33,8 @@ from collections import Counter
 
 import httpx
 
-from ... import checks
-from ...errors import ConfigError
+from .. import checks
+from ..errors import ConfigError
 
 __all__ = ["ROUTE_HEADER", "closed_loop", "open_loop", "max_concurrency", "run_stress",
            "plot_stress", "default_texts"]

@@ -2,9 +2,9 @@
 
 An :class:`InstanceWorker` spawns a process (``multiprocessing`` "spawn" context) that pins
 itself to the instance's cores (``os.sched_setaffinity``), sets its PyTorch thread count, loads
-:class:`~hwgen.host.windve.model.MiniLM` on the instance's device and then embeds the text
+:class:`~hwgen.windve.model.MiniLM` on the instance's device and then embeds the text
 lists it receives over a pipe. An :class:`InstanceRunner` thread in the service process takes
-batches from the instance's :class:`~hwgen.host.windve.queues.DeviceQueue`, sends them to the
+batches from the instance's :class:`~hwgen.windve.queues.DeviceQueue`, sends them to the
 worker and answers every request of the batch. When the worker dies mid-batch (killed, out of
 memory), the runner restarts it and puts the batch back at the front of the queue; a batch that
 fails ``max_attempts`` times is answered with :class:`InstanceFailed` (HTTP 503) instead, so no
@@ -39,7 +39,7 @@ def _worker_main(conn, threads, cores, device, truncate):
         if cores:
             os.sched_setaffinity(0, cores)
         start = time.monotonic()
-        from ...models.minilm import MiniLM
+        from ..models.minilm import MiniLM
         model = MiniLM(threads=threads, device=device)      # sets the torch thread count
         conn.send(("ready", time.monotonic() - start))
     except Exception as e:         # reported to the parent, which raises it
@@ -59,7 +59,7 @@ def _worker_main(conn, threads, cores, device, truncate):
 
 
 class InstanceWorker:
-    """The process of one :class:`~hwgen.host.windve.devices.Instance`."""
+    """The process of one :class:`~hwgen.windve.devices.Instance`."""
 
     def __init__(self, instance, truncate=True):
         self.instance = instance

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import ConfigError, ToolError
+from ..errors import ConfigError, ToolError
 
 __all__ = ["LlamaConfig", "Llama", "KVCache", "Tokenizer", "load", "default_gguf"]
 

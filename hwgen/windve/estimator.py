@@ -36,8 +36,8 @@ import numbers
 import numpy as np
 from scipy.optimize import nnls
 
-from ... import checks
-from ...errors import ConfigError
+from .. import checks
+from ..errors import ConfigError
 
 __all__ = ["fit_linear", "predict_depth", "stress_depth", "profile_points", "table3"]
 
