@@ -126,16 +126,7 @@ def netlist_depth(netlist, top):
     memo = {}
 
     def comb_inputs(name):
-        """(port, bits) of ``name``'s inputs that propagate combinationally to its outputs."""
-        cell = net.cells[name]
-        kind = cell["type"]
-        ins = [(p, bits) for p, bits in cell["connections"].items()
-               if cell.get("port_directions", {}).get(p, "input") == "input"]
-        if kind in _SRL:
-            return [(p, b) for p, b in ins if p.startswith("A")]
-        if kind.startswith("RAM") and not kind.startswith("RAMB"):
-            return [(p, b) for p, b in ins if p.startswith(("A", "ADDR", "DPRA"))]
-        return ins
+        return _comb_inputs(net, name)
 
     def arrival(bit):
         """Worst path into ``bit``: (cost, luts, chains, carry_cells, dsp_ram, path)."""
@@ -184,18 +175,8 @@ def netlist_depth(netlist, top):
         memo[key] = result
         return result
 
-    # Path ends: inputs of registers, synchronous inputs of DSP/RAM cells, top-level outputs.
     worst, end = (0, 0, 0, 0, 0, ()), None
-    ends = []
-    for name, cell in net.cells.items():
-        kind = cell["type"]
-        if kind in _FF + _SRL or (kind in _DSP and special[name]["in_reg"]) or kind in _BRAM:
-            for p, bits in cell["connections"].items():
-                if cell.get("port_directions", {}).get(p, "input") == "input":
-                    ends.extend((b, name) for b in bits if not isinstance(b, str))
-    for pname, port in netlist["modules"][top].get("ports", {}).items():
-        if port["direction"] == "output":
-            ends.extend((b, f"<port {pname}>") for b in port["bits"] if not isinstance(b, str))
+    ends = _path_ends(net, special, netlist["modules"][top])
 
     import sys
     old = sys.getrecursionlimit()
@@ -207,6 +188,41 @@ def netlist_depth(netlist, top):
                 worst, end = a, name
     finally:
         sys.setrecursionlimit(old)
+    return _depth_report(net, special, worst, end)
+
+
+def _comb_inputs(net, name):
+    """(port, bits) of ``name``'s inputs that propagate combinationally to its outputs."""
+    cell = net.cells[name]
+    kind = cell["type"]
+    ins = [(p, bits) for p, bits in cell["connections"].items()
+           if cell.get("port_directions", {}).get(p, "input") == "input"]
+    if kind in _SRL:
+        return [(p, b) for p, b in ins if p.startswith("A")]
+    if kind.startswith("RAM") and not kind.startswith("RAMB"):
+        return [(p, b) for p, b in ins if p.startswith(("A", "ADDR", "DPRA"))]
+    return ins
+
+
+def _path_ends(net, special, module):
+    """Path ends, ``(bit, name)``: inputs of registers, synchronous inputs of DSP/RAM cells,
+    top-level outputs of ``module``."""
+    ends = []
+    for name, cell in net.cells.items():
+        kind = cell["type"]
+        if kind in _FF + _SRL or (kind in _DSP and special[name]["in_reg"]) or kind in _BRAM:
+            for p, bits in cell["connections"].items():
+                if cell.get("port_directions", {}).get(p, "input") == "input":
+                    ends.extend((b, name) for b in bits if not isinstance(b, str))
+    for pname, port in module.get("ports", {}).items():
+        if port["direction"] == "output":
+            ends.extend((b, f"<port {pname}>") for b in port["bits"] if not isinstance(b, str))
+    return ends
+
+
+def _depth_report(net, special, worst, end):
+    """The result of :func:`netlist_depth` from the ``worst`` arrival (ending at ``end``)
+    and the DSP/RAM cells' register states ``special``."""
     cost, luts, chains, carry_cells, dsp_ram, path = worst
     counts = {}
     for c in net.cells.values():

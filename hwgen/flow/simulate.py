@@ -69,29 +69,7 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     items, stim, inputs, expected = work.items, work.stim, work.inputs, work.expected
     build = eng.build(acc, config, waves=waves, log=log)
     formats = build.stream_formats()
-
-    job_ports, in_beats, out_beats = [], 0, 0
-    for member, (port, direction, fmt) in formats.items():
-        if direction == "in":
-            beats = inputs.get(member, [])
-            frames = stimulus_frames(beats, fmt)
-            job_ports.append({"port": port, "direction": "in", "frames": frames})
-            in_beats += len(beats)
-        else:
-            if member not in expected:
-                raise ValueError(f"model of {acc.name} gives no expectation for {member}")
-            job_ports.append({"port": port, "direction": "out", "beats": len(expected[member])})
-            out_beats += len(expected[member])
-    timeout = timeout_cycles(in_beats + out_beats + model.cycles_bound(config, stim), stall)
-    job = {"seed": seed, "stall": stall, "timeout_cycles": timeout, "ports": job_ports}
-    memories = model.memories(config, stim)
-    if memories:
-        job["memories"] = [{"prefix": prefix, "image": image.hex(),
-                            "size": 1 << max(12, (len(image) - 1).bit_length())}
-                           for prefix, image in memories.items()]
-    if model.sample_signals:
-        job["sample"] = {"port": port_of_result(formats, model), "signals":
-                         list(model.sample_signals)}
+    job = _job(acc, config, formats, stim, inputs, expected, seed, stall)
     run_dir = run_folder(build.directory.parent, job, seed=seed, stall=stall, items=items,
                          prefix=eng.run_prefix)
     label = f"simulating {acc.name}" if progress else None
@@ -102,30 +80,10 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
         raise ToolError(f"{acc.name}: the testbench's handshake monitor and its stream sinks "
                         f"counted different beats ({result['monitor_disagrees']}, [monitor, "
                         f"sink] per port): a testbench fault, not a design mismatch")
-    mismatches, by_port, examples, received = 0, {}, [], {}
-    for member, (port, direction, fmt) in formats.items():
-        if direction != "out":
-            continue
-        got = received[member] = received_beats(result["outputs"][port], fmt)
-        count, ex = compare(expected[member], got, beat_names(fmt))
-        by_port[member] = count
-        mismatches += count
-        examples += [dict(e, port=member) for e in ex]
-
+    mismatches, by_port, examples, received = _compare_outputs(formats, expected, result)
     hs = result["handshakes"]
-    port_of = {member: port for member, (port, _, _) in formats.items()}
-    direction = {j["port"]: j["direction"] for j in job_ports}
-    res = hs[port_of[model.result_port]]
-    firsts = [h["first"] for p, h in hs.items() if direction[p] == "in" and h["first"]]
-    lasts = [h["last"] for p, h in hs.items() if direction[p] == "out" and h["last"]]
-    cycles = (max(lasts) - min(firsts) + 1) if firsts and lasts else None
-    rpc = (res["count"] / (res["last"] - res["first"] + 1)) if res["count"] else 0.0
-    src = hs[port_of[model.latency_from]] if model.latency_from else \
-        hs[next(p for p, d in direction.items() if d == "in")]
-    latency = (res["first"] - src["first"]) if src["first"] and res["first"] else None
-    # Input rate inside frames (from a frame's first beat to its TLAST beat): the initiation
-    # interval seen by the producer, excluding the gaps between frames a block may impose.
-    in_rate = src["count"] / src["frame_cycles"] if src.get("frame_cycles") else None
+    direction = {j["port"]: j["direction"] for j in job["ports"]}
+    res, cycles, rpc, latency, in_rate = _measure(model, formats, hs, direction)
 
     summary = {
         "accelerator": acc.name,
@@ -164,6 +122,69 @@ def simulate(acc, config, *, items=None, seed=1, stall=0.0, waves=False, progres
     if keep_outputs:
         summary["outputs"] = received
     return summary
+
+
+def _job(acc, config, formats, stim, inputs, expected, seed, stall):
+    """The testbench job of :func:`simulate`: each input port's frames, each output port's
+    expected beat count, the timeout, the memory images and the signals to sample."""
+    model = acc.model
+    job_ports, in_beats, out_beats = [], 0, 0
+    for member, (port, direction, fmt) in formats.items():
+        if direction == "in":
+            beats = inputs.get(member, [])
+            frames = stimulus_frames(beats, fmt)
+            job_ports.append({"port": port, "direction": "in", "frames": frames})
+            in_beats += len(beats)
+        else:
+            if member not in expected:
+                raise ValueError(f"model of {acc.name} gives no expectation for {member}")
+            job_ports.append({"port": port, "direction": "out", "beats": len(expected[member])})
+            out_beats += len(expected[member])
+    timeout = timeout_cycles(in_beats + out_beats + model.cycles_bound(config, stim), stall)
+    job = {"seed": seed, "stall": stall, "timeout_cycles": timeout, "ports": job_ports}
+    memories = model.memories(config, stim)
+    if memories:
+        job["memories"] = [{"prefix": prefix, "image": image.hex(),
+                            "size": 1 << max(12, (len(image) - 1).bit_length())}
+                           for prefix, image in memories.items()]
+    if model.sample_signals:
+        job["sample"] = {"port": port_of_result(formats, model), "signals":
+                         list(model.sample_signals)}
+    return job
+
+
+def _compare_outputs(formats, expected, result):
+    """Every output port's received beats against the golden model's: ``(mismatches,
+    mismatches by port, first mismatches, received beats by port)``."""
+    mismatches, by_port, examples, received = 0, {}, [], {}
+    for member, (port, direction, fmt) in formats.items():
+        if direction != "out":
+            continue
+        got = received[member] = received_beats(result["outputs"][port], fmt)
+        count, ex = compare(expected[member], got, beat_names(fmt))
+        by_port[member] = count
+        mismatches += count
+        examples += [dict(e, port=member) for e in ex]
+    return mismatches, by_port, examples, received
+
+
+def _measure(model, formats, hs, direction):
+    """The measurements of the module docstring from the handshake counts ``hs`` (port ->
+    first, last, count, frame_cycles): ``(result port's counts, cycles, results per cycle,
+    latency, input items per cycle)``."""
+    port_of = {member: port for member, (port, _, _) in formats.items()}
+    res = hs[port_of[model.result_port]]
+    firsts = [h["first"] for p, h in hs.items() if direction[p] == "in" and h["first"]]
+    lasts = [h["last"] for p, h in hs.items() if direction[p] == "out" and h["last"]]
+    cycles = (max(lasts) - min(firsts) + 1) if firsts and lasts else None
+    rpc = (res["count"] / (res["last"] - res["first"] + 1)) if res["count"] else 0.0
+    src = hs[port_of[model.latency_from]] if model.latency_from else \
+        hs[next(p for p, d in direction.items() if d == "in")]
+    latency = (res["first"] - src["first"]) if src["first"] and res["first"] else None
+    # Input rate inside frames (from a frame's first beat to its TLAST beat): the initiation
+    # interval seen by the producer, excluding the gaps between frames a block may impose.
+    in_rate = src["count"] / src["frame_cycles"] if src.get("frame_cycles") else None
+    return res, cycles, rpc, latency, in_rate
 
 
 def check(result):
