@@ -244,7 +244,7 @@ class MaxSim(wiring.Component):
     def elaborate(self, platform):
         c = self.config
         m = Module()
-        D, P, G, Q = c.dim, c.lanes, c.groups, c.q_tokens
+        D, P, G = c.dim, c.lanes, c.groups
         word = data.ArrayLayout(signed(8), D)
         abits = (G - 1).bit_length()
 
