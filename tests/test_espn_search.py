@@ -15,11 +15,11 @@ pytest.importorskip("faiss")
 pytest.importorskip("gensim")
 
 from hwgen.errors import ConfigError  # noqa: E402
-from hwgen.host.espn import bench, index as index_mod  # noqa: E402
-from hwgen.host.espn.quality import lee_quality, ndcg_at  # noqa: E402
-from hwgen.host.espn.search import (INT8_SCALE, Query, Searcher, ann_steps, maxsim,  # noqa: E402
+from hwgen.espn.host import bench, index as index_mod  # noqa: E402
+from hwgen.espn.host.quality import lee_quality, ndcg_at  # noqa: E402
+from hwgen.espn.host.search import (INT8_SCALE, Query, Searcher, ann_steps, maxsim,  # noqa: E402
                                     merge_topk)
-from hwgen.host.espn.store import STORES, open_store  # noqa: E402
+from hwgen.espn.host.store import STORES, open_store  # noqa: E402
 
 QUERIES = ["the bushfires near Sydney were fought by volunteers",
            "the Reserve Bank kept interest rates on hold",

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hwgen.errors import ConfigError, ToolError
-from hwgen.host.espn import budget, corpus
-from hwgen.host.espn.store import BLOCK, STORES, DirectStore, StoreWriter, open_store
+from hwgen.espn.host import budget, corpus
+from hwgen.espn.host.store import BLOCK, STORES, DirectStore, StoreWriter, open_store
 
 DIM = 24
 
@@ -213,7 +213,7 @@ def test_corpus_files_and_bad_names(tmp_path):
 
 
 def test_pydoc_corpus_is_deterministic():
-    code = ("from hwgen.host.espn import corpus; ps = corpus.load('pydoc', limit=300); "
+    code = ("from hwgen.espn.host import corpus; ps = corpus.load('pydoc', limit=300); "
             "print(len(ps), hash(tuple(p.text for p in ps)) & 0xffff)")
     env = dict(os.environ, PYTHONHASHSEED="0")
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

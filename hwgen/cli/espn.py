@@ -51,7 +51,7 @@ def espn():
 def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, seed, threads):
     """Encode CORPUS (papers, lee, wiki, pydoc, all, A+B, or a .txt/.jsonl file or folder)
     into an ESPN index folder: token embeddings on disk, IVF index of pooled vectors."""
-    from ..host.espn.index import build
+    from ..espn.host.index import build
     checks.output_dir("out", out)
     checks.at_least("words", words, 8, 400)
     checks.at_least("seed", seed, 0)
@@ -96,7 +96,7 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
                budgets, threads, seed, no_lee):
     """Latency per retrieval method and memory budget, prefetch hit rates, partial
     re-ranking, batch size, int8 re-ranking, Lee quality (the paper's Tables 4-5, Figs. 6-8)."""
-    from ..host.espn import bench, report
+    from ..espn.host import bench, report
     checks.at_least("queries", queries, 1)
     checks.at_least("warmup", warmup, 0)
     checks.at_least("candidates", candidates, 1)
@@ -147,9 +147,9 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
 def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank_count, rerank,
                k):
     """Search INDEX_DIR for TEXT and print the top-k passages with their MaxSim scores."""
-    from ..host.espn.index import Index
-    from ..host.espn.search import Query, Searcher
-    from ..host.espn.store import open_store
+    from ..espn.host.index import Index
+    from ..espn.host.search import Query, Searcher
+    from ..espn.host.store import open_store
     checks.in_range("prefetch-step", prefetch_step, 0, 0.99)
     if not text.strip():
         raise ConfigError("text", "the query is empty")

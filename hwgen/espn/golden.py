@@ -13,7 +13,7 @@ sizes the unit supports (``dim <= 256``, ``q_tokens <= 32``) a score is at most
 holds every score exactly: it never overflows and never saturates.
 
 :func:`quantize_int8` turns float embeddings into the int8 the unit takes (symmetric,
-per tensor); the host pipeline (``hwgen.host.espn``) uses both functions.
+per tensor); the host pipeline (``hwgen.espn.host``) uses both functions.
 """
 
 import math

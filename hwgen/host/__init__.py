@@ -1,2 +1,3 @@
-"""Host-side code that has not moved into its domain package yet: the ESPN pipeline
-(``hwgen.host.espn``), and the old entry point ``python -m hwgen.host.node_server``."""
+"""Old entry points kept after the host code moved into its domain packages
+(``hwgen.vecsearch.host``, ``hwgen.espn.host``, ``hwgen.windve``, ``hwgen.ralm``):
+``python -m hwgen.host.node_server`` still starts the ChamVS node server."""

@@ -5,7 +5,7 @@
 passages without and with retrieval; :func:`time_split` times one generation token by token;
 :func:`generate` continues a prompt. ``hwgen ralm bench`` and ``hwgen ralm generate`` call them.
 
-**Split.** The corpus's passages (:func:`hwgen.host.espn.corpus.load`) are split by position:
+**Split.** The corpus's passages (:func:`hwgen.espn.host.corpus.load`) are split by position:
 every ``heldout_every``-th passage is held out for perplexity, the rest go into the datastore
 (so a held-out passage's own continuations are never in the datastore; its neighbours are
 other passages of the same documents and corpus).
@@ -79,7 +79,7 @@ def split(passages, every):
 
 def prepare(model, settings, log=None):
     """``(datastore, index_dir, heldout passages)`` for ``settings``, built once and cached."""
-    from ..host.espn.corpus import load as load_corpus
+    from ..espn.host.corpus import load as load_corpus
     s = settings.check()
     say = log or (lambda line: None)
     passages = load_corpus(s.corpus)

@@ -79,7 +79,7 @@ class Datastore:
 
 
 def build_datastore(model, passages, max_tokens=None, log=None):
-    """Keys and values for every token of ``passages`` (:class:`~hwgen.host.espn.corpus.Passage`
+    """Keys and values for every token of ``passages`` (:class:`~hwgen.espn.host.corpus.Passage`
     or ``(text, source)``), at most ``max_tokens`` entries; progress lines to ``log``."""
     keys, values, owner, texts, sources = [], [], [], [], []
     total, start, last = 0, time.monotonic(), 0.0

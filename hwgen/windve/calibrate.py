@@ -14,6 +14,7 @@ it meets the SLO). The result is the Table 3 shape.
 import concurrent.futures
 import time
 
+from ..plots import new_axes, save_axes
 from . import estimator
 from .queues import DeviceQueue, Request
 from .workers import start_runners, stop_runners
@@ -102,7 +103,6 @@ def calibrate(plan, slos, texts, *, max_profile=32, points=5, step=8, rounds=2, 
 def plot_calibration(result, path):
     """Measured latency against concurrency per device (profile points and stress-test levels)
     with the fitted ``alpha * C + beta`` line and the SLOs; saved as a PNG at ``path``."""
-    from .stress import new_axes, save_axes
     fig, ax = new_axes()
     slos = set()
     for d, color in zip(result["devices"], ("tab:blue", "tab:orange", "tab:green")):

@@ -35,6 +35,7 @@ import httpx
 
 from .. import checks
 from ..errors import ConfigError
+from ..plots import new_axes, save_axes
 
 __all__ = ["ROUTE_HEADER", "closed_loop", "open_loop", "max_concurrency", "run_stress",
            "plot_stress", "default_texts"]
@@ -307,26 +308,6 @@ def plot_stress(report, path):
                  f"{best.get('heterogeneous')}" + (f" (+{gain:.1f}%)" if gain is not None
                                                   else ""))
     return save_axes(fig, ax, path, "concurrency (closed loop)", "end-to-end latency (s)")
-
-
-def new_axes():
-    """A Matplotlib figure and axes on the Agg canvas (no pyplot, no global backend)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(7, 4.5))
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot()
-
-
-def save_axes(fig, ax, path, xlabel, ylabel):
-    """Label, grid and legend ``ax`` and save ``fig`` as a PNG at ``path``; returns ``path``."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100)
-    return path
 
 
 _SUBJECTS = ["the engineer", "a small team", "the new service", "our customer", "the model",

@@ -230,7 +230,7 @@ def load(spec, words=80, min_words=8, limit=None):
     return passages
 
 
-if __name__ == "__main__":       # python -m hwgen.host.espn.corpus NAME: passage counts
+if __name__ == "__main__":       # python -m hwgen.espn.host.corpus NAME: passage counts
     for name in sys.argv[1:] or CORPORA:
         found = load(name)
         print(name, len(found), sum(len(p.text.split()) for p in found))

@@ -1,6 +1,6 @@
 """Tables and plots of an ``hwgen espn bench`` report, beside the paper's numbers."""
 
-from ...windve.stress import new_axes, save_axes
+from ...plots import new_axes, save_axes
 
 __all__ = ["tables", "plot", "PAPER"]
 

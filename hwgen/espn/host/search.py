@@ -30,7 +30,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...lib import topk
-from ...espn.golden import maxsim_scores
+from ..golden import maxsim_scores
 
 __all__ = ["maxsim", "maxsim_int8", "Query", "Result", "Searcher", "ann_steps", "merge_topk",
            "INT8_SCALE"]
@@ -144,12 +144,12 @@ def ann_steps(ivf, pooled, nprobe, candidates, split=None):
 
 
 class Searcher:
-    """ESPN's pipeline over an :class:`~hwgen.host.espn.index.Index` and a store reader.
+    """ESPN's pipeline over an :class:`~hwgen.espn.host.index.Index` and a store reader.
 
     Parameters: ``nprobe`` (η lists), ``candidates`` (documents from the ANN), ``k`` (results),
     ``prefetch_step`` (δ/η in (0, 1), None: no prefetch), ``rerank`` (k': re-rank only the ANN's
     first k' candidates; None: all), ``precision`` (``"float16"`` or ``"int8"``).
-    Prefetching needs a store with ``submit`` (:class:`~hwgen.host.espn.store.DirectStore`).
+    Prefetching needs a store with ``submit`` (:class:`~hwgen.espn.host.store.DirectStore`).
     """
 
     def __init__(self, index, store, nprobe=16, candidates=100, k=10, prefetch_step=None,

@@ -193,7 +193,7 @@ class Index:
                               "rebuild it")
 
     def encoder(self, threads=None, model=None):
-        """A :class:`~hwgen.host.espn.encoder.TokenEncoder` with this index's dimension and fitted
+        """A :class:`~hwgen.espn.host.encoder.TokenEncoder` with this index's dimension and fitted
         projection (``model``: a MiniLM already loaded, else a new one with ``threads`` threads)."""
         return TokenEncoder(self.dim, threads=threads, mean=self.mean,
                             components=self.components, model=model)

@@ -157,7 +157,7 @@ def _run_budget(index, qfile, methods, limit, params, tmp):
     if out_path.exists():
         out_path.unlink()
     budget_mod.drop_cache(index.tokens_path)
-    cmd = [sys.executable, "-m", "hwgen.host.espn.bench", str(spec_path), str(out_path)]
+    cmd = [sys.executable, "-m", "hwgen.espn.host.bench", str(spec_path), str(out_path)]
     code, peak, oom = budget_mod.run_limited(cmd, limit)
     if oom or code != 0 or not out_path.exists():
         return None, peak, "OOM" if oom else f"exit {code}"
