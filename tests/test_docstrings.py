@@ -2,7 +2,8 @@
 
 Public: a module-level function or class whose name does not start with ``_``, and each method
 or property (``property``, ``functools.cached_property``) of such a class whose name does not
-start with ``_``. Names a module imports from elsewhere are checked where they are defined.
+start with ``_`` (a dataclass field whose default is a function is not a method). Names a
+module imports from elsewhere are checked where they are defined.
 
 Documented: a function, method or property has a docstring of its own or inherits one
 (``inspect.getdoc``, so an override of a documented base method needs none). A class needs its
@@ -93,8 +94,10 @@ def public_definitions(failed):
             where = f"{module.__name__}:{name}"
             if inspect.isclass(obj):
                 out.append((where, _class_documented(obj)))
+                fields = {f.name for f in dataclasses.fields(obj)} \
+                    if dataclasses.is_dataclass(obj) else set()
                 for attr, raw in vars(obj).items():
-                    if attr.startswith("_") or not _is_member(raw):
+                    if attr.startswith("_") or attr in fields or not _is_member(raw):
                         continue
                     if attr in EXEMPT and issubclass(obj, EXEMPT[attr]):
                         continue
