@@ -23,6 +23,7 @@ capacity; :func:`write_resources` writes ``OUT/resources.json``. A BERT-base Lin
 alone took 638 s in yosys here, so the table is opt-in.
 """
 
+import hashlib
 import ipaddress
 import json
 import shutil
@@ -34,7 +35,11 @@ from pathlib import Path
 from . import describe as D
 from .plan import (ClusterPlan, Kernel, Role, fpga_plan, plan, plan_cluster, router_cfg_beats,
                    routing_tables)
-from .top import packet_buffer_beats
+from ..flow.design import Design
+from ..flow.emit import emit_verilog
+from .router import pack_cfg
+from .switch import PacketFilter
+from .top import FPGATop, packet_buffer_beats
 
 __all__ = ["Kernel", "ClusterPlan", "plan", "plan_cluster", "build", "routing_tables",
            "write_tops", "summary_lines", "FPGA_COLOURS"]
@@ -195,9 +200,6 @@ def write_tops(plan, plans, desc, cdir, log=None, kernels="inside"):
     ``gmi.json`` + ``compute.json`` (the compute kernels inside: chains and adapter
     configurations; empty with ``kernels="external"``) (+ ``gateway.json``) for every FPGA of
     ``plan``; returns the paths written and the FPGAs' :class:`~hwgen.cluster.plan.FPGAPlan`."""
-    from ..flow.emit import emit_verilog
-    from .router import pack_cfg
-    from .top import FPGATop
     n_clusters = max([p.cluster.id for p in plans]      # and a host's cluster (output.ip)
                      + [p.cluster.output["cluster"] for p in plans
                         if "ip" in (p.cluster.output or {})]) + 1
@@ -231,55 +233,27 @@ def write_tops(plan, plans, desc, cdir, log=None, kernels="inside"):
 RESOURCE_KEYS = ("lut", "ff", "bram", "uram", "dsp")
 
 
-class _Part:
-    """What :func:`hwgen.flow.synth.synthesize` needs of a configuration, for a part of a top
-    that has no registered configuration of its own: ``args`` key the cache (their
-    ``repr``), ``obj`` is what the part's ``build_core`` builds from (default ``args``)."""
-
-    def __init__(self, label, args, obj=None):
-        import hashlib
-        self.label, self.args, self.obj = label, args, args if obj is None else obj
-        self.key = hashlib.sha256(repr(args).encode()).hexdigest()
-
-    def digest(self):
-        return self.key[:12]
-
-    def to_dict(self):
-        return {"part": self.label}
-
-    def derived(self):
-        return {}
+def _part_key(args):
+    """A 12-digit key of a part's construction arguments (their ``repr``)."""
+    return hashlib.sha256(repr(args).encode()).hexdigest()[:12]
 
 
-def _shell(fp):
+def _shell_design(fp):
     """The top of FPGA plan ``fp`` without its compute kernels (switches, router, GMI
-    kernels, gateway, header attachers)."""
-    return _Part(fp.name, (fp.name, fp.data_bits, fp.router, fp.headers, fp.dest_cluster,
-                           sorted(fp.gmi_configs.items()), fp.gateway, fp.external), fp)
+    kernels, gateway, header attachers), as a :class:`~hwgen.flow.design.Design`."""
+    args = (fp.name, fp.data_bits, fp.router, fp.headers, fp.dest_cluster,
+            sorted(fp.gmi_configs.items()), fp.gateway, fp.external)
+    shell = replace(fp, computes={}, external=tuple(fp.computes) or fp.external)
+    return Design("cluster-shell", "cluster_shell", _part_key(args),
+                  lambda: FPGATop(shell), lambda: {"config": {"part": fp.name}, "derived": {}})
 
 
-class _ShellAcc:
-    name = "cluster-shell"
-    top_name = "cluster_shell"
-
-    @staticmethod
-    def build_core(part):
-        from dataclasses import replace
-        from .top import FPGATop
-        fp = part.obj
-        return FPGATop(replace(fp, computes={}, external=tuple(fp.computes) or fp.external))
-
-
-class _PacketBufferAcc:
-    """A compute kernel's store-and-forward packet buffer (``pktbuf_k<id>`` of the top):
-    ``args`` = (data_bits, max_beats)."""
-    name = "cluster-pktbuf"
-    top_name = "cluster_pktbuf"
-
-    @staticmethod
-    def build_core(part):
-        from .switch import PacketFilter
-        return PacketFilter(*part.obj)
+def _packet_buffer_design(data_bits, max_beats):
+    """A compute kernel's store-and-forward packet buffer (``pktbuf_k<id>`` of the top), as a
+    :class:`~hwgen.flow.design.Design`."""
+    return Design("cluster-pktbuf", "cluster_pktbuf", _part_key((data_bits, max_beats)),
+                  lambda: PacketFilter(data_bits, max_beats),
+                  lambda: {"config": {"part": "pktbuf"}, "derived": {}})
 
 
 def _counts(report):
@@ -309,17 +283,17 @@ def resource_table(fpgas, plans=None, log=None):
     "total": {...}, "percent": {...}, "fits": bool}}, "synth_seconds", "note"}``."""
     from .. import registry
     from ..boards import load_board
-    from ..flow.synth import synthesize
+    from ..flow.synth import synthesize_design
     out, seconds, boards = {}, 0.0, {}
     for fp in fpgas:
         board = boards.setdefault(fp.fpga.board, load_board(fp.fpga.board))
         parts = []
 
-        def add(label, acc, cfg, count=1):
+        def add(label, design, count=1):
             nonlocal seconds
-            rep = synthesize(acc, cfg, log=log)
+            rep = synthesize_design(design, log=log)
             seconds += rep["seconds"]
-            parts.append({"part": label, "count": count, "digest": cfg.digest(),
+            parts.append({"part": label, "count": count, "digest": design.key,
                           **_counts(rep)})
         groups = {}
         plan_of = {p.cluster.id: p for p in plans or ()}
@@ -334,11 +308,11 @@ def resource_table(fpgas, plans=None, log=None):
                               ("cluster-row2pkt", replace(cp.r2p, dest=0, src=0))):
                 groups.setdefault((kind, cfg.digest()), [kind, cfg, 0])[2] += 1
         for kind, cfg, n in groups.values():
-            add(kind, registry.get(kind), cfg, n)
+            add(kind, Design.of(registry.get(kind), cfg), n)
         bufs = Counter((fp.data_bits, packet_buffer_beats(cp)) for cp in fp.computes.values())
         for key, n in bufs.items():
-            add("cluster-pktbuf", _PacketBufferAcc, _Part("pktbuf", key), n)
-        add("shell (switches, router, GMI, gateway)", _ShellAcc, _shell(fp))
+            add("cluster-pktbuf", _packet_buffer_design(*key), n)
+        add("shell (switches, router, GMI, gateway)", _shell_design(fp))
         total = {k: sum(p[k] * p["count"] for p in parts) for k in RESOURCE_KEYS}
         pct = {k: round(v, 1) for k, v in board.percent(total).items()}
         out[fp.name] = {"fpga": fp.fpga.name, "board": board.name, "parts": parts,

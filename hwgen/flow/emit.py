@@ -36,11 +36,13 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import amaranth_backports, netlist_count, profile
+from .design import Design
 from .ports import SIDEBANDS, StreamFormat
 from .tools import cache_dir, write_atomic
 
 __all__ = ["AXISTop", "emit_verilog", "to_verilog", "emit_accelerator", "cached_emission",
-           "source_fingerprint", "stream_port_name", "drop_zero_memory_init"]
+           "cached_design", "emit_design", "source_fingerprint", "stream_port_name",
+           "drop_zero_memory_init"]
 
 #: Files of a Verilog cache entry besides ``<top>.v`` (written last: the hit test).
 CACHE_FILES = ("ports.json", "resources.json")
@@ -253,35 +255,46 @@ def source_fingerprint():
     return h.hexdigest()
 
 
-def cached_emission(acc, config):
-    """The Verilog cache entry of ``acc`` at ``config``: ``<cache>/verilog/<key>`` (the key
-    hashing the accelerator, the configuration and :func:`source_fingerprint`) holding
-    ``<top>.v``, ``ports.json`` and ``resources.json``, emitted on a miss. Amaranth's
-    elaboration and netlist checks take up to a minute on large tops (its combinational-cycle
-    check visits every bit-to-bit edge of wide operators); a configuration is emitted once per
-    source tree, not once per simulation, synthesis, build or estimate."""
-    name = acc.top_name
-    key = hashlib.sha256("\0".join([acc.name, name, config.digest(), source_fingerprint()])
+def cached_design(design):
+    """The Verilog cache entry of a :class:`~hwgen.flow.design.Design`:
+    ``<cache>/verilog/<key>`` (the key hashing its name, top name, configuration key and
+    :func:`source_fingerprint`) holding ``<top>.v``, ``ports.json`` and ``resources.json``,
+    emitted on a miss. Amaranth's elaboration and netlist checks take up to a minute on large
+    tops (its combinational-cycle check visits every bit-to-bit edge of wide operators); a
+    configuration is emitted once per source tree, not once per simulation, synthesis, build
+    or estimate."""
+    name = design.top_name
+    key = hashlib.sha256("\0".join([design.name, name, design.key, source_fingerprint()])
                          .encode()).hexdigest()[:24]
     stored = cache_dir() / "verilog" / key
     start = time.monotonic()
     hit = (stored / f"{name}.v").is_file() and all((stored / f).is_file() for f in CACHE_FILES)
     if not hit:
-        emit_verilog(acc.build_core(config), name, stored)
+        emit_verilog(design.build(), name, stored)
     profile.record("emit", name, stored, time.monotonic() - start, hit)
     return stored
 
 
-def emit_accelerator(acc, config, out_dir):
-    """:func:`emit_verilog` of ``acc.build_core(config)`` as ``acc.top_name`` into ``out_dir``,
-    through the Verilog cache (:func:`cached_emission`). Returns ``(verilog_path,
-    ports_dict)``."""
-    stored = cached_emission(acc, config)
+def cached_emission(acc, config):
+    """:func:`cached_design` of registered accelerator ``acc`` at ``config``."""
+    return cached_design(Design.of(acc, config))
+
+
+def emit_design(design, out_dir):
+    """The cached Verilog, ``ports.json`` and ``resources.json`` of ``design``
+    (:func:`cached_design`) copied into ``out_dir``. Returns ``(verilog_path, ports_dict)``."""
+    stored = cached_design(design)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for file in (f"{acc.top_name}.v",) + CACHE_FILES:
+    for file in (f"{design.top_name}.v",) + CACHE_FILES:
         content = (stored / file).read_text()
         path = out_dir / file
         if not path.is_file() or path.read_text() != content:
             write_atomic(path, content)
-    return out_dir / f"{acc.top_name}.v", json.loads((stored / "ports.json").read_text())
+    return out_dir / f"{design.top_name}.v", json.loads((stored / "ports.json").read_text())
+
+
+def emit_accelerator(acc, config, out_dir):
+    """:func:`emit_verilog` of ``acc.build_core(config)`` as ``acc.top_name`` into ``out_dir``,
+    through the Verilog cache (:func:`emit_design`). Returns ``(verilog_path, ports_dict)``."""
+    return emit_design(Design.of(acc, config), out_dir)

@@ -30,10 +30,11 @@ import time
 
 from ..errors import ToolError
 from . import profile
-from .emit import emit_accelerator
-from .tools import file_lock, work_dir, yosys_path
+from .design import Design
+from .emit import emit_design
+from .tools import file_lock, yosys_path
 
-__all__ = ["synthesize", "parse_stat", "LUTRAM_WEIGHTS"]
+__all__ = ["synthesize", "synthesize_design", "parse_stat", "LUTRAM_WEIGHTS"]
 
 LUTRAM_WEIGHTS = {
     "RAM32M": 4, "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8, "RAM32X1D": 2, "RAM64X1D": 2,
@@ -72,20 +73,27 @@ def parse_stat(text):
 
 def synthesize(acc, config, *, board=None, log=None):
     """Run yosys on ``config`` of ``acc``; returns the report dictionary of ``hwgen synth``."""
+    return synthesize_design(Design.of(acc, config), board=board, log=log)
+
+
+def synthesize_design(design, *, board=None, log=None):
+    """Run yosys on a :class:`~hwgen.flow.design.Design` (cached per configuration key and
+    Verilog); returns the report dictionary of ``hwgen synth``."""
     exe = yosys_path()
     if exe is None:
         raise ToolError("yosys not found: install Debian's yosys (make setup does when run as "
                         "root) or set HWGEN_YOSYS")
     family = board.family if board is not None else "xcup"
-    work = work_dir(acc, config) / "synth"
+    work = design.work_dir / "synth"
     with file_lock(work.parent / ".synth.lock"):      # one yosys run per configuration
-        return _synthesize(acc, config, board, exe, family, work, log)
+        return _synthesize(design, board, exe, family, work, log)
 
 
-def _synthesize(acc, config, board, exe, family, work, log):
-    v_path, _ = emit_accelerator(acc, config, work)
+def _synthesize(design, board, exe, family, work, log):
+    v_path, _ = emit_design(design, work)
     script = (f"read_verilog -sv {v_path.name}\n"
-              f"synth_xilinx -family {family} -top {acc.top_name} -noiopad -noclkbuf -nowidelut\n"
+              f"synth_xilinx -family {family} -top {design.top_name} -noiopad -noclkbuf "
+              f"-nowidelut\n"
               f"stat\n")
     key = hashlib.sha256(v_path.read_bytes() + script.encode()).hexdigest()
     log_path = work / "yosys.log"
@@ -94,31 +102,30 @@ def _synthesize(acc, config, board, exe, family, work, log):
         old = json.loads(cached.read_text())
         if old.get("key") == key:
             counts, seconds, version = old["counts"], old["seconds"], old["yosys"]
-            profile.record("yosys", acc.top_name, work, 0.0, True)
+            profile.record("yosys", design.top_name, work, 0.0, True)
         else:
             old = None
     else:
         old = None
     if old is None:
         if log:
-            log(f"yosys synth_xilinx -family {family} on {acc.name} ({config.digest()}) ...")
+            log(f"yosys synth_xilinx -family {family} on {design.name} ({design.key}) ...")
         (work / "synth.ys").write_text(script)
         start = time.monotonic()
         proc = subprocess.run([exe, "-q", "-l", log_path.name, "-s", "synth.ys"], cwd=work,
                               capture_output=True, text=True)
         seconds = round(time.monotonic() - start, 1)
         if proc.returncode != 0:
-            raise ToolError(f"yosys failed on {acc.name} (exit {proc.returncode}); log "
+            raise ToolError(f"yosys failed on {design.name} (exit {proc.returncode}); log "
                             f"{log_path}:\n{(proc.stderr or proc.stdout)[-2000:]}")
-        profile.record("yosys", acc.top_name, work, seconds, False)
+        profile.record("yosys", design.top_name, work, seconds, False)
         counts = parse_stat(log_path.read_text())
         version = subprocess.run([exe, "-V"], capture_output=True, text=True).stdout.strip()
         cached.write_text(json.dumps({"key": key, "counts": counts, "seconds": seconds,
                                       "yosys": version}))
     report = {
-        "accelerator": acc.name,
-        "config": config.to_dict(),
-        "derived": config.derived(),
+        "accelerator": design.name,
+        **design.describe(),
         "tool": version,
         "command": script.strip().replace("\n", "; "),
         "seconds": seconds,
