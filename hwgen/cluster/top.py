@@ -61,11 +61,22 @@ Backpressure: a stalled kernel input stalls only the switch output for it and th
 waiting on that output.
 """
 
-from amaranth.hdl import Module
+from dataclasses import replace
+
+from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
+from .adapter import PacketsToRows, RowToPackets
+from .compute import KernelChain, Regroup
+from .gateway import Gateway
+from .gmi import STATUS_PORTS, gmi_component
+from .header import HeaderAttacher
 from .packet import INTER_CLUSTER_BIT, packet_layout
+from .router import Router, addr_layout, cfg_layout
+from .router_load import packet_beats
+from .switch import (COUNTER_BITS, DROP_KINDS, KernelSwitch, PacketFilter, SwitchConfig,
+                     status_name)
 
 __all__ = ["FPGATop", "InterSplit"]
 
@@ -95,7 +106,6 @@ def packet_buffer_beats(cp):
     """Beats of the longest packet compute kernel ``cp`` (a
     :class:`~hwgen.cluster.plan.ComputePlan`) sends: its row, or ``max_packet_bytes`` when
     rows are split, plus the header byte of an inter-cluster packet."""
-    from .router_load import packet_beats
     r = cp.r2p
     nbytes = min(r.format.row_bytes, r.max_packet_bytes) + int(cp.header)
     return packet_beats(nbytes, nbytes, r.data_bits)[1]
@@ -105,9 +115,6 @@ class FPGATop(wiring.Component):
     """Top level of one FPGA of a cluster (see the module docstring)."""
 
     def __init__(self, fpga_plan):
-        from .router import addr_layout, cfg_layout
-        from .switch import COUNTER_BITS, DROP_KINDS, status_name
-        from .gmi import STATUS_PORTS as GMI_STATUS
         self.fpga_plan = fp = fpga_plan
         self.data_bits = fp.data_bits
         self.external = list(fp.external)
@@ -126,7 +133,7 @@ class FPGATop(wiring.Component):
         sig.update({f"status_k{i}_dropped": Out(COUNTER_BITS) for i in self.computes})
         sig.update({f"status_k{i}_pktbuf_dropped": Out(COUNTER_BITS) for i in self.computes})
         sig.update({f"status_k{i}_{name[len('stat_'):]}": Out(COUNTER_BITS)
-                    for i in fp.gmi_kinds for name in GMI_STATUS})
+                    for i in fp.gmi_kinds for name in STATUS_PORTS})
         sig["status_delivered"] = Out(COUNTER_BITS)
         sig.update({status_name(k): Out(COUNTER_BITS) for k in DROP_KINDS})
         self._status = ["status_delivered"] + [status_name(k) for k in DROP_KINDS]
@@ -137,12 +144,6 @@ class FPGATop(wiring.Component):
         super().__init__(sig)
 
     def elaborate(self, platform):
-        from .gmi import STATUS_PORTS, gmi_component
-        from .header import HeaderAttacher
-        from .router import Router
-        from .switch import KernelSwitch, SwitchConfig
-        from .gateway import Gateway
-        from .switch import DROP_KINDS, status_name
         m = Module()
         fp, db = self.fpga_plan, self.data_bits
         gw_here = self.gateway is not None
@@ -222,12 +223,6 @@ class FPGATop(wiring.Component):
     def _compute(self, m, cp):
         """Compute kernel ``cp`` (a :class:`~hwgen.cluster.plan.ComputePlan`) behind its
         adapters; returns its packet ``(sink, source)``."""
-        from dataclasses import replace
-        from amaranth.hdl import signed, unsigned
-        from .adapter import PacketsToRows, RowToPackets
-        from .compute import KernelChain, Regroup
-        from .header import HeaderAttacher
-        from .switch import DROP_KINDS, PacketFilter, status_name
         i, fp = cp.id, self.fpga_plan
         chain = KernelChain(cp.chain)
         p2r, r2p = PacketsToRows(cp.p2r), RowToPackets(cp.r2p)
