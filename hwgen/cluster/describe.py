@@ -62,19 +62,43 @@ the tops, the kernels built apart); ``hwgen cluster build --kernels`` overrides 
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from ..checks import read_json
 from ..errors import ConfigError
 
 __all__ = ["Module", "Layer", "Connection", "LayerDescription", "FPGA", "Cluster",
-           "Description", "load", "parse", "parse_layers", "GMI_KINDS", "FAN_OUT", "FAN_IN",
+           "Description", "load", "parse", "parse_layers", "GmiKind", "GMI_KINDS", "FAN_OUT",
+           "FAN_IN",
            "MAX_KERNELS", "MAX_CLUSTERS", "DESCRIPTIONS_DIR", "FILE_PARAMS", "PortError",
            "assign_ports"]
 
-GMI_KINDS = ("broadcast", "scatter", "gather", "reduce")
-FAN_OUT = ("broadcast", "scatter")
-FAN_IN = ("gather", "reduce")
+
+
+class GmiKind(StrEnum):
+    """A GMI collective (paper sec. 4): broadcast and scatter fan one message out to the
+    members, gather and reduce fan the members' messages in to one. A member equals its name
+    (``GmiKind.GATHER == "gather"``), as descriptions and configurations spell it."""
+    BROADCAST = "broadcast"
+    SCATTER = "scatter"
+    GATHER = "gather"
+    REDUCE = "reduce"
+
+    @property
+    def fan_out(self):
+        """True for broadcast and scatter: one message in, one per member out."""
+        return self in (GmiKind.BROADCAST, GmiKind.SCATTER)
+
+    @property
+    def fan_in(self):
+        """True for gather and reduce: one message per member in, one out."""
+        return not self.fan_out
+
+
+GMI_KINDS = tuple(GmiKind)
+FAN_OUT = tuple(k for k in GmiKind if k.fan_out)
+FAN_IN = tuple(k for k in GmiKind if k.fan_in)
 #: Kernel ids per cluster (8-bit TDEST) and cluster ids (8-bit), paper sec. 4.
 MAX_KERNELS = 256
 MAX_CLUSTERS = 256

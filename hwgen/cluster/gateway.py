@@ -31,6 +31,7 @@ from ..config import Config, Record, param
 from ..errors import ConfigError
 from ..flow.model import SimOption, StreamModel
 from . import golden as gmi_golden
+from .describe import GmiKind
 from .header import HeaderStripper
 from .packet import INTER_CLUSTER_BIT, Packet, attach_header, from_beats, packet_layout, \
     strip_header, to_beats
@@ -152,7 +153,7 @@ class GatewayConfig(Config):
                                   value=group.to_json())
             seen.add(group.id)
             m = list(group.members)
-            if group.kind in ("gather", "reduce") and m != list(range(m[0], m[0] + len(m))):
+            if GmiKind(group.kind).fan_in and m != list(range(m[0], m[0] + len(m))):
                 raise ConfigError(where, f"{group.kind} members must be contiguous ids",
                                   value=group.to_json())
         for kind in kinds:
@@ -217,7 +218,7 @@ class GatewayConfig(Config):
         (:func:`hwgen.cluster.golden.collective_stream`)."""
         cfg = self.gmi_config(kind)
         sent, status = gmi_golden.collective_stream(kind, cfg, packets)
-        if self.remapped(kind) and kind in ("broadcast", "scatter"):
+        if self.remapped(kind) and GmiKind(kind).fan_out:
             ids = self.member_ids(kind)
             sent = [Packet(ids[p.dest - cfg.first_member], p.src, p.payload,
                            p.inter_cluster, p.src_cluster) for p in sent]
@@ -341,7 +342,7 @@ class Gateway(wiring.Component):
             m.submodules[f"gmi_{kind}"] = g
             wiring.connect(m, outs[1 + j], g.i_pkt)
             src = g.o_pkt
-            if c.remapped(kind) and kind in ("broadcast", "scatter"):
+            if c.remapped(kind) and GmiKind(kind).fan_out:
                 m.submodules[f"remap_{kind}"] = r = TdestRemap(c.data_bits,
                                                                c.member_ids(kind))
                 wiring.connect(m, src, r.i_pkt)

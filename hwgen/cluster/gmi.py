@@ -36,6 +36,7 @@ from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.intmath import ceil_div
 from . import golden
+from .describe import GmiKind
 from .packet import Packet, packet_layout, to_beats, from_beats, split_packets
 from .traffic import StatusLines
 
@@ -107,12 +108,12 @@ class GMIConfig(Config):
         in_elems = M * n if kind == "scatter" else n
         out_elems = M * n if kind == "gather" else n
         in_beats = ceil_div(in_elems, L)
-        slots = M if kind in ("gather", "reduce") else 1
+        slots = M if GmiKind(kind).fan_in else 1
         rows = {"broadcast": in_beats, "scatter": in_beats, "gather": ceil_div(M * n, L),
                 "reduce": M * in_beats}[kind]
         return {"in_elems": in_elems, "in_beats": in_beats, "slots": slots,
                 "out_elems": out_elems, "out_beats": ceil_div(out_elems, L),
-                "out_packets": M if kind in ("broadcast", "scatter") else 1, "rows": rows}
+                "out_packets": M if GmiKind(kind).fan_out else 1, "rows": rows}
 
     def buffer_bits(self, kind):
         """Bits of round buffer that kernel ``kind`` needs: ``depth`` rounds of
@@ -248,7 +249,7 @@ class _Collective(wiring.Component):
         slot_r = Signal(range(S))
         bank_r = Signal(range(D))
 
-        if kind in ("gather", "reduce"):   # members only (a group of one included)
+        if GmiKind(kind).fan_in:   # members only (a group of one included)
             src_ok = (i.payload.id >= c.first_member) & (i.payload.id < c.first_member + M)
         else:                              # broadcast, scatter: any source
             src_ok = Const(1)
@@ -364,7 +365,7 @@ class _Collective(wiring.Component):
         L, EB, W = c.lanes, c.elem_bits, c.data_bits
         C, nbo = g["out_packets"], g["out_beats"]
         offs = [j * c.length if kind == "scatter" else 0 for j in range(C)]
-        dests = c.member_ids if kind in ("broadcast", "scatter") else [c.root]
+        dests = c.member_ids if GmiKind(kind).fan_out else [c.root]
         oc = Signal(range(C))
         ok = Signal(range(nbo))
         if C > 1:
@@ -600,7 +601,7 @@ class _GMIModel(StatusLines, StreamModel):
         c, kind = config, cls.kind
         eb = c.elem_bits // 8
         nbytes = golden.message_elems(kind, c) * eb
-        multi = kind in ("gather", "reduce")
+        multi = GmiKind(kind).fan_in
         slots = c.members if multi else 1
 
         def message(src):

@@ -43,13 +43,14 @@ Two levels:
 
 import numpy as np
 
+from .describe import GMI_KINDS, GmiKind
 from .packet import Packet
 
 __all__ = ["OPS", "KINDS", "STATUS", "wrap", "to_elems", "from_elems", "bcast", "scatter",
            "gather", "reduce", "allgather", "message_elems", "collective_stream"]
 
 OPS = ("sum", "max")
-KINDS = ("broadcast", "scatter", "gather", "reduce")
+KINDS = GMI_KINDS
 STATUS = ("rounds", "drop_source", "drop_length", "drop_overrun")
 
 _DTYPES = {8: "<i1", 16: "<i2", 32: "<i4"}
@@ -147,7 +148,7 @@ def collective_stream(kind, config, packets):
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}")
     c = config
-    multi = kind in ("gather", "reduce")
+    multi = GmiKind(kind).fan_in
     slots = c.members if multi else 1
     nbytes = message_elems(kind, c) * c.elem_bits // 8
     accepted = [0] * slots

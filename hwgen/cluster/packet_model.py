@@ -45,6 +45,7 @@ stalls. X and T are counted as
 
 import heapq
 
+from .describe import GmiKind
 from .router_load import description_plans, packet_sizes
 
 __all__ = ["packet_timing"]
@@ -153,7 +154,7 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
         kind, cfg = gmis[i]
         st = gmi_state[i]
         k = p.kernels[i]
-        if kind in ("gather", "reduce"):
+        if GmiKind(kind).fan_in:
             got = st["got"].setdefault(row, {})
             got[src] = t
             if len(got) < len(k.members):
@@ -161,7 +162,7 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
             t = max(got.values())
         g = cfg.geometry(kind)
         start = max(t + 3, st["free"])
-        dests = list(k.dests) if kind in ("broadcast", "scatter") else list(k.dests) * \
+        dests = list(k.dests) if GmiKind(kind).fan_out else list(k.dests) * \
             g["out_packets"]
         for j, dest in enumerate(dests):
             at(start + j * g["out_beats"], send, i, dest, g["out_beats"], row, True)
