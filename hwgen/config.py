@@ -148,8 +148,7 @@ def _range_note(meta):
 def _tuple_value(field, value):
     """A ``tuple`` field's value from what was given: a JSON list (text starting with
     ``[``), its text form (through ``parse``), a list or a tuple; records from JSON objects or
-    field lists. Raises :class:`ConfigError`
-    naming the field (and the element)."""
+    field lists. Raises :class:`ConfigError` naming the field (and the element)."""
     meta = field.metadata
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:

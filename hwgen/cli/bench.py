@@ -60,14 +60,8 @@ def bench_tests(events_path, junit_path, setup_seconds, wall_seconds, budget_pat
         checks.output_file("json", json_path)
     report = profile.summarize(profile.read_events(events_path), junit=junit_path,
                                setup_seconds=setup_seconds, wall_seconds=wall_seconds)
-    for line in profile.table(report):
-        click.echo(line)
     errors = profile.check_budget(report, budget_path) if budget_path else []
-    report["budget_errors"] = errors
-    if json_path:
-        write_json(json_path, report)
-    if errors:
-        raise click.ClickException("; ".join(errors))
+    _finish(profile.table(report), report, "budget_errors", errors, json_path)
 
 
 @bench.command("mutation")
@@ -83,14 +77,8 @@ def bench_mutation(results_dir, json_path):
     if json_path:
         checks.output_file("json", json_path)
     report = mutation.summarize(mutation.read_results(results_dir))
-    for line in mutation.table(report):
-        click.echo(line)
-    errors = mutation.check_floors(report)
-    report["floor_errors"] = errors
-    if json_path:
-        write_json(json_path, report)
-    if errors:
-        raise click.ClickException("; ".join(errors))
+    _finish(mutation.table(report), report, "floor_errors", mutation.check_floors(report),
+            json_path)
 
 
 @bench.command("sim")
@@ -111,3 +99,15 @@ def bench_sim_cmd(seed, json_path):
 
 for _command in (*chamvs.BENCHES, cluster.bench_cluster, recsys.bench_recsys):
     bench.add_command(_command)
+
+
+def _finish(lines, report, errors_key, errors, json_path):
+    """Print a bench's table ``lines``, record ``errors`` in ``report[errors_key]``, write the
+    report to ``json_path`` when given, and fail naming the errors."""
+    for line in lines:
+        click.echo(line)
+    report[errors_key] = errors
+    if json_path:
+        write_json(json_path, report)
+    if errors:
+        raise click.ClickException("; ".join(errors))

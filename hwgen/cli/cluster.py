@@ -118,14 +118,7 @@ def cluster_sim(description, out_dir, hub_delay_ms, loss, seed, messages, stall,
                f"{r['packets_received']} received; datagrams: {r['forwarded']} forwarded, "
                f"{r['dropped']} dropped; malformed {r['malformed']}; "
                f"build {r['build_s']:.1f} s, simulation {r['sim_s']:.1f} s")
-    if r["drops"]:
-        click.echo("packets dropped (status counters): " + ", ".join(
-            f"{k} {v}" for k, v in r["drops"].items()))
-    if r["stalled_at"] is not None:
-        click.echo(f"stalled: no network traffic after cycle {r['stalled_at']}; stopped")
-    click.echo(f"mismatches == {r['mismatches']}")
-    if json_path:
-        Path(json_path).write_text(json.dumps(r, indent=2) + "\n")
+    _echo_outcome(r, json_path)
     if r["mismatches"] or r["timeouts"]:
         raise SimulationMismatch(f"{r['mismatches']} mismatches, timeouts: {r['timeouts']}")
 
@@ -175,14 +168,7 @@ def _cluster_sim_encoder(description, out_dir, hub_delay_ms, loss, seed, stall, 
                    f"I (packet interval) {r['I']:.1f} cycles")
     click.echo(f"build {r['build_s']:.1f} s, simulation {r['sim_s']:.1f} s "
                f"({r['cycles_run']} cycles)")
-    if r["drops"]:
-        click.echo("packets dropped (status counters): " + ", ".join(
-            f"{k} {v}" for k, v in r["drops"].items()))
-    if r["stalled_at"] is not None:
-        click.echo(f"stalled: no network traffic after cycle {r['stalled_at']}; stopped")
-    click.echo(f"mismatches == {r['mismatches']}")
-    if json_path:
-        Path(json_path).write_text(json.dumps(r, indent=2) + "\n")
+    _echo_outcome(r, json_path)
     if r["mismatches"] or r["timeouts"] or r["rows_received"] != r["rows_expected"]:
         raise SimulationMismatch(f"{r['mismatches']} mismatches, {r['rows_received']} of "
                                  f"{r['rows_expected']} rows, timeouts: {r['timeouts']}"
@@ -223,3 +209,16 @@ def bench_cluster(no_sim, measured, minilm_tokens, out_dir):
 
 
 cluster.add_command(bench_cluster, "bench")
+
+
+def _echo_outcome(r, json_path):
+    """The lines both kinds of cluster simulation end with (drops by status counter, a stall,
+    the mismatch count), and the report written to ``json_path`` when given."""
+    if r["drops"]:
+        click.echo("packets dropped (status counters): " + ", ".join(
+            f"{k} {v}" for k, v in r["drops"].items()))
+    if r["stalled_at"] is not None:
+        click.echo(f"stalled: no network traffic after cycle {r['stalled_at']}; stopped")
+    click.echo(f"mismatches == {r['mismatches']}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(r, indent=2) + "\n")
