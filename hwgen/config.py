@@ -32,7 +32,7 @@ import json
 import math
 import re
 
-from .contract import Performance, Workload
+from .contract import Performance, Workload, jsonable
 from .errors import ConfigError
 
 __all__ = ["Config", "Record", "param"]
@@ -102,15 +102,7 @@ class Record:
 
     def to_json(self):
         """The record as a JSON object (tuples as lists)."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-
-def _jsonable(value):
-    if isinstance(value, Record):
-        return value.to_json()
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    return value
+        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 def _kind(field):
@@ -311,7 +303,7 @@ class Config:
 
     def to_dict(self):
         """``{field: value}`` in JSON form (tuples as lists, records as objects)."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def derived(self):
         """Parameters that follow from the configuration (widths, latencies); for reports."""

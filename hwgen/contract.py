@@ -11,9 +11,10 @@ Tools that choose designs (the cluster's latency model, folding, design-space ex
     The analytical cycle model at that workload (the default workload when None). Its figures
     are the accelerator's own (``latency_cycles``, ``initiation_interval``, ``cycles`` for the
     whole workload where the workload names one); ``hwgen sim`` measures the same quantities.
-``config.resources()`` / :func:`hwgen.flow.resources.estimate`
+:func:`hwgen.flow.resources.estimate(acc, config) <hwgen.flow.resources.estimate>`
     A :class:`Resources` estimate (LUT, FF, BRAM18, URAM, DSP) counted from the Amaranth
-    netlist; :func:`hwgen.flow.resources.measured` maps the design with yosys instead.
+    netlist (it needs the accelerator to build the core, so it lives in the flow);
+    :func:`hwgen.flow.resources.measured` maps the design with yosys instead.
 
 The classes here are plain data: this module imports nothing of hwgen but its errors.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["Workload", "Performance", "Resources", "RESOURCE_KEYS"]
+__all__ = ["Workload", "Performance", "Resources", "RESOURCE_KEYS", "jsonable"]
 
 #: The keys of :meth:`Resources.to_dict`, in report order.
 RESOURCE_KEYS = ("lut", "ff", "bram18", "uram", "dsp")
@@ -46,9 +47,8 @@ class Workload:
             value = _freeze(getattr(self, field.name))
             object.__setattr__(self, field.name, value)
             if not _counts(value):
-                raise ConfigError(f"workload.{field.name}",
-                                  "must be a non-negative integer, a (nested) list of them or None",
-                                  value=value)
+                raise ConfigError(f"workload.{field.name}", "must be a non-negative integer, "
+                                  "a (nested) list of them or None", value=value)
 
     @classmethod
     def from_dict(cls, values):
@@ -63,7 +63,7 @@ class Workload:
 
     def to_dict(self):
         """``{field: value}`` (tuples as lists), for JSON."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 def _freeze(value):
@@ -78,8 +78,14 @@ def _counts(value):
                              and value >= 0)
 
 
-def _jsonable(value):
-    return [_jsonable(v) for v in value] if isinstance(value, tuple) else value
+def jsonable(value):
+    """``value`` in JSON form: tuples and lists as lists, objects with a ``to_json()`` (the
+    configuration records) as what it returns, anything else as it is."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, (tuple, list)):
+        return [jsonable(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,8 @@ from .packet import Packet, packet_layout, to_beats
 from ..lib.row_ports import row_layout, shape_range
 
 __all__ = ["ELEM_BITS", "RowFormat", "row_format_from_ports", "RowToPacketsConfig",
-           "PacketsToRowsConfig", "Source", "parse_sources", "RowToPackets", "PacketsToRows", "join_rows",
+           "PacketsToRowsConfig", "Source", "parse_sources", "RowToPackets", "PacketsToRows",
+           "join_rows",
            "encode_rows", "decode_bytes", "rows_to_packets", "packets_to_rows", "row_beats",
            "beats_to_rows", "RowToPacketsModel", "PacketsToRowsModel", "ROW2PKT_CONFIGS",
            "PKT2ROW_CONFIGS"]

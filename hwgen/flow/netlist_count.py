@@ -55,8 +55,9 @@ _SHIFTS = {"<<", ">>", "u>>", "s>>"}
 _REDUCE = {"r|", "r&", "r^", "b"}
 
 
-def _is_const(net):
-    return net.is_const
+def _all_const(value):
+    """Whether every bit of netlist ``value`` is a constant."""
+    return all(net.is_const for net in value)
 
 
 def _significant(value):
@@ -74,7 +75,7 @@ def _significant(value):
 
 
 def _const_value(value):
-    if not all(_is_const(n) for n in value):
+    if not _all_const(value):
         return None
     return sum((n == _nir.Net.from_const(1)) << i for i, n in enumerate(value))
 
@@ -98,7 +99,7 @@ def _operator_luts(cell, width):
     op = cell.operator
     widest = max(len(v) for v in cell.inputs)
     if op in _ARITH:
-        if all(all(_is_const(n) for n in v) for v in cell.inputs):
+        if all(_all_const(v) for v in cell.inputs):
             return 0
         significant = max(sum(_significant(v)) for v in cell.inputs)
         return min(widest, significant + int(op in ("+", "-")))
@@ -108,7 +109,7 @@ def _operator_luts(cell, width):
         return math.ceil(width / 4)
     if op in _SHIFTS:
         amount = cell.inputs[1]
-        if all(_is_const(n) for n in amount):
+        if _all_const(amount):
             return 0
         steps = max(1, min(len(amount), math.ceil(math.log2(max(2, widest)))))
         return width * math.ceil(steps / 2)

@@ -291,7 +291,8 @@ def simulate_cluster(plan, *, items=40, seed=1, stall=0.0, network=None, log=Non
     for n in range(plan.nodes):
         mine = [r for r in runs if r["node"] == n + 1]
         per_node.append({
-            "node": n + 1, "slices": format_slices(configs[n].slices), "embedding": configs[n].embedding,
+            "node": n + 1, "slices": format_slices(configs[n].slices),
+            "embedding": configs[n].embedding,
             "sim_cycles": sum(r["cycles"] or 0 for r in mine),
             "cycles_per_inference": max(r["cycles_per_inference"] for r in mine),
             "blocks": {r["block"]: r["cycles"] for r in mine}})
