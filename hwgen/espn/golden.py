@@ -13,12 +13,14 @@ sizes the unit supports (``dim <= 256``, ``q_tokens <= 32``) a score is at most
 holds every score exactly: it never overflows and never saturates.
 
 :func:`quantize_int8` turns float embeddings into the int8 the unit takes (symmetric,
-per tensor); the host pipeline (``hwgen.espn.host``) uses both functions.
+per tensor, :func:`hwgen.lib.quant.quantize`); the host pipeline (``hwgen.espn.host``) uses
+both functions.
 """
 
-import math
-
 import numpy as np
+
+from ..errors import ConfigError
+from ..lib.quant import quantize
 
 __all__ = ["maxsim_scores", "quantize_int8", "score_bits", "dot_bits", "INT8_MIN", "INT8_MAX"]
 
@@ -77,35 +79,36 @@ def maxsim_scores(query, doc_tokens, doc_lengths):
 def quantize_int8(x, scale=None):
     """Symmetric per-tensor int8 quantisation: ``q = clip(round(x / scale), -127, 127)``.
 
+    :func:`hwgen.lib.quant.quantize` with its defaults (``bits=8, symmetric=True``, the step
+    ``scale``, float64 arithmetic).
+
     Parameters
     ----------
     x : array-like of float
         Embeddings (any shape); must be finite.
     scale : float, optional
-        Quantisation step. Default ``max|x| / 127`` (1.0 for an all-zero tensor), so the
-        largest magnitude maps to 127. A query and its documents may use different scales:
-        MaxSim scores of the int8 tensors are then ``S_float ~ scale_q * scale_d * S_int``
-        (every query token's max is taken over the same scale, so the ranking of documents
-        is that of the dequantised scores).
+        Quantisation step (``x ~ q * scale``). Default ``max|x| / 127`` (1.0 for an all-zero
+        tensor), so the largest magnitude maps to 127. A query and its documents may use
+        different scales: MaxSim scores of the int8 tensors are then
+        ``S_float ~ scale_q * scale_d * S_int`` (every query token's max is taken over the same
+        scale, so the ranking of documents is that of the dequantised scores).
 
     Returns
     -------
     (numpy.ndarray of int8, float)
         The quantised tensor (same shape; -128 is never produced, so negation stays in range)
         and the scale used. Rounding is half to even (``numpy.rint``).
+
+    Raises
+    ------
+    hwgen.errors.ConfigError (a ValueError)
+        ``quantize_int8: x must be finite``, ``quantize_int8: scale must be a positive finite
+        number, not ...``.
     """
-    a = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(a)):
-        raise ValueError("quantize_int8: x must be finite")
-    if scale is None:
-        peak = float(np.max(np.abs(a))) if a.size else 0.0
-        scale = peak / INT8_MAX if peak > 0 else 1.0
-    else:
-        scale = float(scale)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"quantize_int8: scale must be a positive finite number, "
-                             f"not {scale!r}")
-    q = np.clip(np.rint(a / scale), -INT8_MAX, INT8_MAX).astype(np.int8)
+    try:
+        q, scale, _ = quantize(x, scale)
+    except ConfigError as e:
+        raise ConfigError("quantize_int8", f"{e.param} {e.reason}") from None
     return q, scale
 
 

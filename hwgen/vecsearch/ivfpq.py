@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError, ToolError
+from ..lib.quant import quantize
 from .golden import KSUB
 
 __all__ = ["IntegerIVFPQ", "train_integer_ivfpq", "quantize_vectors", "import_faiss"]
@@ -29,19 +30,19 @@ def import_faiss():
     return faiss
 
 
-def quantize_vectors(x, elem_bits, scale=None):
-    """Map float vectors to signed ``elem_bits`` integers: ``round(x * scale)``, clipped.
+def quantize_vectors(x, elem_bits, inv_scale=None):
+    """Map float vectors to signed ``elem_bits`` integers: ``round(x * inv_scale)``, clipped to
+    ``-2**(elem_bits-1) .. 2**(elem_bits-1) - 1``.
 
-    ``scale`` defaults to the largest factor that keeps ``max |x|`` representable. Returns
-    ``(int64 array, scale)``; apply the same scale to queries.
+    :func:`hwgen.lib.quant.quantize` with ``bits=elem_bits, symmetric=False`` and the
+    multiplier ``inv_scale`` (integers per unit: the reciprocal of the step ``scale``), which
+    defaults to ``"peak"``: the largest factor that keeps ``max |x|`` representable,
+    ``(2**(elem_bits-1) - 1) / max|x|``. Returns ``(int64 array, inv_scale)``; apply the same
+    ``inv_scale`` to queries.
     """
-    x = np.asarray(x, dtype=np.float64)
-    top = (1 << (elem_bits - 1)) - 1
-    if scale is None:
-        peak = float(np.max(np.abs(x))) if x.size else 0.0
-        scale = top / peak if peak > 0 else 1.0
-    q = np.clip(np.rint(x * scale), -top - 1, top).astype(np.int64)
-    return q, scale
+    q = quantize(x, inv_scale="peak" if inv_scale is None else inv_scale, bits=elem_bits,
+                 symmetric=False)
+    return q.values.astype(np.int64), q.inv_scale if inv_scale is None else inv_scale
 
 
 @dataclass

@@ -30,13 +30,17 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...lib import topk
+from ...lib.quant import quantize
 from ..golden import maxsim_scores
 
 __all__ = ["maxsim", "maxsim_int8", "Query", "Result", "Searcher", "ann_steps", "merge_topk",
-           "INT8_SCALE"]
+           "INT8_INV_SCALE", "INT8_SCALE"]
 
-#: Scale of the int8 token quantisation (unit-norm vectors: every element is in [-1, 1]).
-INT8_SCALE = 127
+#: Integers per unit of the int8 token quantisation (unit-norm vectors: every element is in
+#: [-1, 1]): the reciprocal of the step ``scale`` of :func:`hwgen.lib.quant.quantize`.
+INT8_INV_SCALE = 127
+#: The old name of :data:`INT8_INV_SCALE` (a multiplier, not a step), kept for its users.
+INT8_SCALE = INT8_INV_SCALE
 
 
 def maxsim(query, doc):
@@ -54,8 +58,11 @@ def _maxsim_float32(query32, doc):
 
 
 def quantise_int8(tokens):
-    """float16 unit vectors -> int8 (round half to even of x * 127, clipped)."""
-    return np.clip(np.rint(tokens.astype(np.float32) * INT8_SCALE), -127, 127).astype(np.int8)
+    """float16 unit vectors -> int8 (round half to even of x * 127 in float32, clipped to
+    -127..127): :func:`hwgen.lib.quant.quantize` with ``inv_scale=127``,
+    ``compute_dtype=float32``."""
+    return quantize(tokens, inv_scale=INT8_INV_SCALE, compute_dtype=np.float32,
+                    name="tokens").values
 
 
 def maxsim_int8(query, doc):
