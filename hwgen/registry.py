@@ -246,67 +246,67 @@ ACCELERATORS = {a.name: a for a in [
         summary="Galapagos router: kernel-id and cluster-id routing tables in on-chip memory "
                 "(config stream), packets to the kernel switch or the network, malformed and "
                 "unknown-destination packets dropped and counted",
-        config_path="hwgen.cluster.router:RouterConfig",
-        top_path="hwgen.cluster.router:Router",
-        model_path="hwgen.cluster.router:RouterModel",
+        config_path="hwgen.cluster.spec.router:RouterConfig",
+        top_path="hwgen.cluster.gateware.router:Router",
+        model_path="hwgen.cluster.gateware.router:RouterModel",
         default_items=200,
-        test_configs_spec="hwgen.cluster.router:TEST_CONFIGS",
+        test_configs_spec="hwgen.cluster.gateware.router:TEST_CONFIGS",
     ),
     Accelerator(
         name="gmi-header",
         summary="GMI one-byte header attacher (sending to another cluster) and stripper, one "
                 "byte-realignment core",
-        config_path="hwgen.cluster.header:HeaderConfig",
-        top_path="hwgen.cluster.header:GMIHeader",
-        model_path="hwgen.cluster.header:HeaderModel",
+        config_path="hwgen.cluster.spec.header:HeaderConfig",
+        top_path="hwgen.cluster.gateware.header:GMIHeader",
+        model_path="hwgen.cluster.gateware.header:HeaderModel",
         default_items=200,
-        test_configs_spec="hwgen.cluster.header:TEST_CONFIGS",
+        test_configs_spec="hwgen.cluster.gateware.header:TEST_CONFIGS",
     ),
     Accelerator(
         name="cluster-gateway",
         summary="Gateway kernel: packet decoder (strips the GMI header), virtual GMI kernels, "
                 "point-to-point forwarding, AXI-Stream switch; malformed traffic dropped and "
                 "counted",
-        config_path="hwgen.cluster.gateway:GatewayConfig",
-        top_path="hwgen.cluster.gateway:Gateway",
-        model_path="hwgen.cluster.gateway:GatewayModel",
+        config_path="hwgen.cluster.spec.gateway:GatewayConfig",
+        top_path="hwgen.cluster.gateware.gateway:Gateway",
+        model_path="hwgen.cluster.gateware.gateway:GatewayModel",
         default_items=200,
-        test_configs_spec="hwgen.cluster.gateway:TEST_CONFIGS",
+        test_configs_spec="hwgen.cluster.gateware.gateway:TEST_CONFIGS",
     ),
     Accelerator(
         name="cluster-row2pkt",
         summary="Packet adapter, kernel output side: rows of lanes x elements (8/16/32-bit) "
                 "to Galapagos packets to one kernel id, rows longer than the maximum packet "
                 "split",
-        config_path="hwgen.cluster.adapter:RowToPacketsConfig",
-        top_path="hwgen.cluster.adapter:RowToPackets",
-        model_path="hwgen.cluster.adapter:RowToPacketsModel",
+        config_path="hwgen.cluster.spec.adapter:RowToPacketsConfig",
+        top_path="hwgen.cluster.gateware.adapter:RowToPackets",
+        model_path="hwgen.cluster.gateware.adapter:RowToPacketsModel",
         default_items=100,
         test_items=40,
-        test_configs_spec="hwgen.cluster.adapter:ROW2PKT_CONFIGS",
+        test_configs_spec="hwgen.cluster.gateware.adapter:ROW2PKT_CONFIGS",
     ),
     Accelerator(
         name="cluster-pkt2row",
         summary="Packet adapter, kernel input side: packets separated by source id (TID) into "
                 "one row stream per source, rows counted in elements across packets; unknown "
                 "sources dropped and counted",
-        config_path="hwgen.cluster.adapter:PacketsToRowsConfig",
-        top_path="hwgen.cluster.adapter:PacketsToRows",
-        model_path="hwgen.cluster.adapter:PacketsToRowsModel",
+        config_path="hwgen.cluster.spec.adapter:PacketsToRowsConfig",
+        top_path="hwgen.cluster.gateware.adapter:PacketsToRows",
+        model_path="hwgen.cluster.gateware.adapter:PacketsToRowsModel",
         default_items=100,
         test_items=40,
-        test_configs_spec="hwgen.cluster.adapter:PKT2ROW_CONFIGS",
+        test_configs_spec="hwgen.cluster.gateware.adapter:PKT2ROW_CONFIGS",
     ),
     Accelerator(
         name="cluster-kernel-chain",
         summary="Compute kernel of a layer description: a chain of I-BERT kernels, each "
                 "output regrouped into the next kernel's beats (lanes, row ends, widths)",
-        config_path="hwgen.cluster.compute:KernelChainConfig",
-        top_path="hwgen.cluster.compute:KernelChain",
-        model_path="hwgen.cluster.compute:KernelChainModel",
+        config_path="hwgen.cluster.spec.compute:KernelChainConfig",
+        top_path="hwgen.cluster.gateware.compute:KernelChain",
+        model_path="hwgen.cluster.gateware.compute:KernelChainModel",
         default_items=40,
         test_items=30,
-        test_configs_spec="hwgen.cluster.compute:TEST_CONFIGS",
+        test_configs_spec="hwgen.cluster.gateware.compute:TEST_CONFIGS",
     ),
 ] + [
     Accelerator(
@@ -324,12 +324,12 @@ ACCELERATORS = {a.name: a for a in [
     Accelerator(
         name=f"gmi-{kind}",
         summary=summary,
-        config_path="hwgen.cluster.gmi:GMIConfig",
-        top_path=f"hwgen.cluster.gmi:{kind.capitalize()}",
-        model_path=f"hwgen.cluster.gmi:{kind.capitalize()}Model",
+        config_path="hwgen.cluster.spec.gmi:GMIConfig",
+        top_path=f"hwgen.cluster.gateware.gmi:{kind.capitalize()}",
+        model_path=f"hwgen.cluster.gateware.gmi:{kind.capitalize()}Model",
         default_items=50,
         test_items=30,
-        test_configs_spec="hwgen.cluster.gmi:TEST_CONFIGS",
+        test_configs_spec="hwgen.cluster.gateware.gmi:TEST_CONFIGS",
     )
     for kind, summary in [
         ("broadcast", "GMI broadcast kernel: each message to every group member (MPI_Bcast)"),

@@ -1,4 +1,4 @@
-"""cocotb testbench of one FPGA of a multi-FPGA simulation (run by ``hwgen.cluster.netsim``).
+"""cocotb testbench of one FPGA of a multi-FPGA simulation (run by ``hwgen.cluster.run.netsim``).
 
 The job names the FPGA top's kernel-side stream ports (driven from frames / collected, as in
 ``sim/stream_tb.py``, with the same random gaps and backpressure) and its network port pair,
@@ -16,7 +16,7 @@ prefix, "in": prefix, "dst": {"signal": "tdata"|"tdest"|"tid"|"tuser", "offset",
 ``expect`` (``{port: beats}`` the kernels should receive, or absent), ``stop_file`` (the host
 creates it when the whole cluster has settled) and ``progress_file`` (written every 256 cycles).
 
-``lockstep`` (``{"hop": cycles}``, see :mod:`hwgen.cluster.netsim`): every datagram sent carries
+``lockstep`` (``{"hop": cycles}``, see :mod:`hwgen.cluster.run.netsim`): every datagram sent carries
 this node's cycle; one received is driven into the network port ``hop`` cycles after its
 sender's cycle; every ``hop`` cycles the node reports its cycle to the hub and blocks until the
 hub releases it (or says stop). The network output is polled every cycle in this mode.

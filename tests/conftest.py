@@ -36,7 +36,7 @@ requires_faiss = pytest.mark.skipif(
 def assert_fuzz_exact(result):
     """A fuzzed ``hwgen sim`` result (router or gateway): no timeout, every beat and every
     status counter as the golden model says, and every kind of drop exercised."""
-    from hwgen.cluster.switch import DROP_KINDS
+    from hwgen.cluster.spec.switch import DROP_KINDS
     assert not result["timeout"]
     assert result["mismatches"] == 0, result["first_mismatches"]
     assert result["counter_mismatches"] == 0

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from hwgen.cli import main
-from hwgen.cluster import describe
+from hwgen.cluster.spec import describe
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""Packet adapters (:mod:`hwgen.cluster.adapter`): golden model (rows -> packets -> rows round
-trips, packet splitting, TKEEP, element encoding), configuration errors, the row formats of the
-I-BERT kernels' streams (read from their ports.json entries, connectable without reshaping),
+"""Packet adapters (:mod:`hwgen.cluster.gateware.adapter`): golden model (rows -> packets -> rows
+round trips, packet splitting, TKEEP, element encoding), configuration errors, the row formats of
+the I-BERT kernels' streams (read from their ports.json entries, connectable without reshaping),
 and Verilator runs beyond ``tests/test_sim.py`` (which simulates every entry of
 ``ROW2PKT_CONFIGS``/``PKT2ROW_CONFIGS`` natively with 30% stalls and the first on cocotb, as
 for every registered accelerator)."""
@@ -15,11 +15,12 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from hwgen import registry
-from hwgen.cluster import adapter as A
-from hwgen.cluster.adapter import (PacketsToRowsConfig, RowFormat, RowToPacketsConfig,
-                                   beats_to_rows, decode_bytes, encode_rows, packets_to_rows,
-                                   row_beats, rows_to_packets)
-from hwgen.cluster.packet import Packet, from_beats, split_packets, to_beats
+from hwgen.cluster.gateware import adapter as A
+from hwgen.cluster.spec import adapter as A_spec
+from hwgen.cluster.spec.adapter import PacketsToRowsConfig, RowFormat, RowToPacketsConfig
+from hwgen.cluster.golden.rows import (beats_to_rows, decode_bytes, encode_rows, packets_to_rows,
+                                       row_beats, rows_to_packets)
+from hwgen.cluster.spec.packet import Packet, from_beats, split_packets, to_beats
 from hwgen.errors import ConfigError
 from hwgen.flow.ports import StreamFormat
 from hwgen.flow.simulate import simulate
@@ -226,7 +227,7 @@ def test_kernel_streams_connect_to_adapters(kernel, member):
     sig = core.signature.members[member]
     layout = sig.signature.members["payload"].shape
     entry = StreamFormat.from_shape(layout).to_dict()
-    fmt = A.row_format_from_ports(entry, row, rows=rows)
+    fmt = A_spec.row_format_from_ports(entry, row, rows=rows)
     assert fmt.layout() == layout
     m = Module()
     if sig.flow == In:
@@ -245,7 +246,7 @@ def test_too_wide_kernel_output_is_refused(kernel, member):
     core, row, _ = _kernel(kernel)
     layout = core.signature.members[member].signature.members["payload"].shape
     with pytest.raises(ConfigError, match="field_bits"):
-        A.row_format_from_ports(StreamFormat.from_shape(layout).to_dict(), row)
+        A_spec.row_format_from_ports(StreamFormat.from_shape(layout).to_dict(), row)
 
 
 def test_join_rows_zips_two_sources_into_requant_identity_input():

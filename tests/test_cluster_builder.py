@@ -7,11 +7,11 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
-from hwgen.cluster import builder, describe
+from hwgen.cluster.run import builder
+from hwgen.cluster.spec import describe
 from hwgen.errors import ConfigError
 
 DESC_DIR = describe.DESCRIPTIONS_DIR
@@ -280,7 +280,7 @@ def test_gmi_params_checked_against_gmi_config(tmp_path):
 def test_gateway_config_from_plan():
     """The gateway inside the top gets the builder's ids; what it cannot hold is a ConfigError
     naming the connection."""
-    from hwgen.cluster.plan import gateway_config
+    from hwgen.cluster.plan.placement import gateway_config
     plans = builder.plan(describe.load("ibert_encoder"))
     g = gateway_config(plans[0], 64)
     assert g.virtual_ids == {"broadcast": 39} and g.member_ids("broadcast") == [1, 2, 3, 28]

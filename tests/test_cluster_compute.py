@@ -1,5 +1,5 @@
-"""Compute kernels as chains of registered modules (:mod:`hwgen.cluster.compute`): the kernel
-row-stream table against the kernels' own payload layouts, link checks and port naming, the
+"""Compute kernels as chains of registered modules (:mod:`hwgen.cluster.gateware.compute`): the
+kernel row-stream table against the kernels' own payload layouts, link checks and port naming, the
 composed golden model against the golden functions, the regrouper alone on the Amaranth
 simulator (random gaps and backpressure, odd rows, matrix ends), the layer description's chains,
 and Verilator runs beyond ``tests/test_sim.py`` (which simulates every entry of
@@ -14,10 +14,12 @@ from amaranth.hdl import Module as HDLModule, Signal, signed, unsigned
 from amaranth.sim import Simulator
 
 from hwgen import registry
-from hwgen.cluster import compute as C
-from hwgen.cluster.compute import (KernelChain, KernelChainConfig, Regroup, RowPort,
-                                   chain_plan, decode_rows)
-from hwgen.cluster.describe import DESCRIPTIONS_DIR, Module, parse_layers
+from hwgen.cluster.gateware import compute as C
+from hwgen.cluster.spec import compute as C_spec
+from hwgen.cluster.gateware.compute import KernelChain, Regroup, RowPort
+from hwgen.cluster.spec.compute import KernelChainConfig, chain_plan
+from hwgen.cluster.golden.compute import decode_rows
+from hwgen.cluster.spec.describe import DESCRIPTIONS_DIR, Module, parse_layers
 from hwgen.errors import ConfigError
 from hwgen.flow.simulate import simulate
 from hwgen.ibert import golden
@@ -42,19 +44,19 @@ LINEAR = ("ibert-linear", {"in_features": 37, "out_features": 15, "tiles": 5, "p
 
 def test_the_chainable_kernels_are_the_ibert_kernels():
     """Every I-BERT kernel's configuration is a RowKernel, and nothing else is."""
-    assert set(C.chainable_kinds()) == {
+    assert set(C_spec.chainable_kinds()) == {
         "ibert-linear", "ibert-requant", "ibert-gelu", "ibert-softmax", "ibert-layernorm",
         "ibert-attn-dot", "ibert-softmax-matmul"}
 
 
-@pytest.mark.parametrize("kind", list(C.chainable_kinds()))
+@pytest.mark.parametrize("kind", list(C_spec.chainable_kinds()))
 def test_row_ports_are_the_kernels_payload_layouts(kind):
     acc = registry.get(kind)
     for values in acc.test_configs:
         cfg = acc.config.from_dict(values)
         core = acc.build_core(cfg)
         core._MustUse__silence = True           # never elaborated here
-        ins, feed, out = C.kernel_ports(kind, cfg)
+        ins, feed, out = C_spec.kernel_ports(kind, cfg)
         assert feed in [p.member for p in ins]
         for p in (*ins, out):
             member = core.signature.members[p.member]

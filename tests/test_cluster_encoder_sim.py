@@ -3,7 +3,7 @@
 ``mini_encoder`` (H 16, two heads, two FPGAs) is built with its compute kernels inside the tops,
 every top runs in its own Verilator process joined by the lock-step network model, a host at the
 cluster's ``output.ip`` sends the M input rows through the gateway and receives the output rows,
-which must equal :func:`hwgen.cluster.layer_golden.run` (the layers evaluated with the kernels'
+which must equal :func:`hwgen.cluster.golden.layers.run` (the layers evaluated with the kernels'
 golden models) bit for bit, under random stalls.
 """
 
@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from hwgen.cli import main
-from hwgen.cluster import encoder_sim, layer_golden, packet_model, router_load
+from hwgen.cluster.run import encoder_sim
+from hwgen.cluster.golden import layers as layer_golden
+from hwgen.cluster.plan import packet_model, router_load
 from hwgen.errors import ConfigError
 
 from conftest import requires_verilator
@@ -106,8 +108,8 @@ def test_every_input_holds_a_whole_sentence():
     """Each input FIFO of a kernel holds a sentence (M rows), or the FPGA's one input path
     blocks behind a full FIFO: minilm_encoder deadlocked at 304 datagrams (attn_out's
     identity)."""
-    from hwgen.cluster.describe import load
-    from hwgen.cluster.plan import fpga_plan, plan
+    from hwgen.cluster.spec.describe import load
+    from hwgen.cluster.plan.placement import fpga_plan, plan
     d = load("minilm_encoder")
     ps = plan(d)
     depths = {}
@@ -122,7 +124,7 @@ def test_every_input_holds_a_whole_sentence():
 
 
 def test_fifo_depths_are_checked():
-    from hwgen.cluster.adapter import PacketsToRowsConfig
+    from hwgen.cluster.spec.adapter import PacketsToRowsConfig
     with pytest.raises(ConfigError) as e:
         PacketsToRowsConfig.from_dict({"sources": "1,2", "fifo_depths": "16"})
     assert e.value.param == "fifo_depths"

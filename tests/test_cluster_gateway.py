@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from hwgen import registry
-from hwgen.cluster.gateway import GatewayConfig, GatewayModel, TEST_CONFIGS
-from hwgen.cluster.packet import Packet, attach_header, from_beats, split_packets, \
-    strip_header
-from hwgen.cluster.switch import DROP_KINDS
+from hwgen.cluster.golden.collectives import gateway_collective
+from hwgen.cluster.spec.gateway import GatewayConfig
+from hwgen.cluster.gateware.gateway import GatewayModel, TEST_CONFIGS
+from hwgen.cluster.spec.packet import Packet, attach_header, from_beats, split_packets, strip_header
+from hwgen.cluster.spec.switch import DROP_KINDS
 from hwgen.errors import ConfigError
 from hwgen.flow.simulate import simulate
 
@@ -86,7 +87,7 @@ def test_gateway_groups_remap_members():
     cfg = GatewayConfig(groups="scatter@12:7,2,5", local_ids="1-8", length=3)
     assert cfg.remapped("scatter") and cfg.gmi_config("scatter").first_member == 0
     body = bytes(range(9))
-    sent, status = cfg.collective("scatter", [Packet(12, 4, body)])
+    sent, status = gateway_collective(cfg, "scatter", [Packet(12, 4, body)])
     assert [(p.dest, p.payload) for p in sent] == [(7, body[0:3]), (2, body[3:6]),
                                                     (5, body[6:9])]
     assert {p.src for p in sent} == {12} and status["rounds"] == 1
@@ -123,7 +124,7 @@ def test_gateway_counter_check_catches_wrong_count(monkeypatch):
 @pytest.mark.parametrize("index", [0, 1])
 def test_header_attach_strip(index):
     acc = registry.get("gmi-header")
-    from hwgen.cluster.header import TEST_CONFIGS as HC
+    from hwgen.cluster.gateware.header import TEST_CONFIGS as HC
     r = simulate(acc, acc.config.from_dict(HC[index]), items=120, seed=8, stall=0.3,
                  engine="native")
     assert not r["timeout"] and r["mismatches"] == 0, r["first_mismatches"]

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from hwgen import registry
-from hwgen.cluster import golden
-from hwgen.cluster.gmi import (KINDS, TEST_CONFIGS, Broadcast, GMIConfig, Gather, Reduce,
-                               Scatter, gmi_component)
-from hwgen.cluster.packet import Packet
+from hwgen.cluster.golden import collectives as golden
+from hwgen.cluster.gateware.gmi import (KINDS, TEST_CONFIGS, Broadcast, Gather, Reduce, Scatter,
+                                        gmi_component)
+from hwgen.cluster.spec.gmi import GMIConfig
+from hwgen.cluster.spec.packet import Packet
 from hwgen.errors import ConfigError
 
 from conftest import requires_mpi, requires_verilator

@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 
-from hwgen.cluster import builder, describe
-from hwgen.cluster.plan import Role, fpga_plan, plan
+from hwgen.cluster.run import builder
+from hwgen.cluster.spec import describe
+from hwgen.cluster.plan.placement import Role, fpga_plan, plan
 from hwgen.errors import ConfigError
 
 DESC_DIR = describe.DESCRIPTIONS_DIR
@@ -290,8 +291,8 @@ def test_cli_kernel_options(tmp_path):
 
 
 def test_resource_lines_name_what_does_not_fit():
-    from hwgen.cluster.builder import _anonymous_p2r, resource_lines
-    from hwgen.cluster.adapter import PacketsToRowsConfig
+    from hwgen.cluster.run.builder import _anonymous_p2r, resource_lines
+    from hwgen.cluster.spec.adapter import PacketsToRowsConfig
     cap = {"lut": 100, "ff": 200, "bram": 10, "uram": 2, "dsp": 8, "scope": "device"}
     row = {"total": {"lut": 50, "ff": 10, "bram": 12, "uram": 0, "dsp": 1},
            "percent": {"lut": 50.0, "ff": 5.0, "bram": 120.0, "uram": 0.0, "dsp": 12.5},

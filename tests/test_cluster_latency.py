@@ -1,14 +1,14 @@
 """Latency model T + (L-1)(X+d) against the multi-FPGA I-BERT paper's Tables 1/2 and sec. 9.3.
 
 The expected values are the paper's printed numbers (an outside reference), typed in here from
-the paper text independently of hwgen/cluster/latency.py's tables."""
+the paper text independently of hwgen/cluster/plan/latency.py's tables."""
 
 import subprocess
 import sys
 
 import pytest
 
-from hwgen.cluster import latency as lat
+from hwgen.cluster.plan import latency as lat
 
 # Table 1 (X, T cycles) and Table 2 (ms, L = 12) as printed in the paper.
 TABLE1 = {1: (6936, 6936), 2: (10455, 11004), 4: (13769, 15869), 8: (17122, 22318),
@@ -78,7 +78,7 @@ def test_bench_cli_exit_zero():
 
 
 def test_sizes_from_layers_reads_the_descriptions():
-    from hwgen.cluster.describe import load
+    from hwgen.cluster.spec.describe import load
     ib = lat.sizes_from_layers(load("ibert_encoder").clusters[0].layers)
     assert (ib.hidden, ib.heads, ib.ffn, ib.tiles, ib.pes) == (768, 12, 3072, 16, 48)
     mini = lat.sizes_from_layers(load("mini_encoder").clusters[0].layers)
@@ -94,7 +94,7 @@ def test_bench_prints_a_measured_report_beside_the_model(tmp_path):
     tested against simulations in tests/test_cluster_packet_model.py); a failed run is
     refused."""
     import json
-    from hwgen.cluster.describe import load
+    from hwgen.cluster.spec.describe import load
     report = {"description": "mini-encoder", "path": str(load("mini_encoder").path),
               "tokens": 2, "X": 600, "T": 700, "I": 30.0, "hop_cycles": 16, "mismatches": 0,
               "input_beats": 2}
@@ -129,7 +129,7 @@ def test_router_load_counts_packets_and_beats():
     scatters, the scatters' 12 chunks of 32 bytes (4 beats) each, and the gateway's broadcast
     of the input row to q, k, v and attn_out (4 x 48 beats): 43 packets, 480 beats a token
     (the simulation's status_delivered was 344 packets)."""
-    from hwgen.cluster.router_load import description_load, packet_beats
+    from hwgen.cluster.plan.router_load import description_load, packet_beats
     assert packet_beats(0, 100, 64) == (0, 0)
     assert packet_beats(1536, 4095, 64) == (1, 192)
     assert packet_beats(10, 4, 64) == (3, 3)

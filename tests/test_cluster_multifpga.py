@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pytest
 
-from hwgen.cluster.multifpga import compare, golden, prepare, simulate, traffic
+from hwgen.cluster.run.multifpga import compare, golden, prepare, simulate, traffic
 
 from conftest import requires_verilator
 

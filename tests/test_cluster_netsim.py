@@ -11,8 +11,8 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hwgen.cluster.netsim import Host, NetworkHub, NodeRun, run_cluster
-from hwgen.cluster.packet import Packet, from_beats, packet_layout, split_packets, to_beats
+from hwgen.cluster.run.netsim import Host, NetworkHub, NodeRun, run_cluster
+from hwgen.cluster.spec.packet import Packet, from_beats, packet_layout, split_packets, to_beats
 from hwgen.flow.emit import emit_verilog
 from hwgen.flow.ports import StreamFormat
 from hwgen.flow.frames import received_beats, stimulus_frames

@@ -1,4 +1,4 @@
-"""The packet-level cycle model of an encoder cluster (:mod:`hwgen.cluster.packet_model`).
+"""The packet-level cycle model of an encoder cluster (:mod:`hwgen.cluster.plan.packet_model`).
 
 Its agreement with the simulated RTL is checked where the RTL runs: ``mini_encoder`` at M 1
 without stalls in ``test_cluster_encoder_sim.py`` (within 5%), and ``hwgen bench cluster`` for
@@ -7,7 +7,7 @@ without stalls in ``test_cluster_encoder_sim.py`` (within 5%), and ``hwgen bench
 
 import pytest
 
-from hwgen.cluster import packet_model, router_load
+from hwgen.cluster.plan import packet_model, router_load
 
 
 @pytest.mark.parametrize("desc,m", [("mini_encoder", 1), ("mini_encoder", 3),
@@ -31,7 +31,7 @@ def test_each_hop_on_the_critical_path_counts_once():
 
 def test_output_interval_is_the_slowest_kernels_period():
     # ffn_down's linear (1536 -> 384), the slowest stage, emits a row every 768 cycles
-    from hwgen.cluster.describe import load
+    from hwgen.cluster.spec.describe import load
     r = packet_model.packet_timing("minilm_encoder", 6, 220)
     desc = load("minilm_encoder")
     (down,) = [l for l in desc.clusters[0].layers.layers if l.name == "ffn_down"]

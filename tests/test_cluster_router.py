@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from hwgen import registry
-from hwgen.cluster import traffic
-from hwgen.cluster.packet import Packet, classify, split_packets, to_beats
-from hwgen.cluster.router import RouterConfig, RouterModel, TEST_CONFIGS
-from hwgen.cluster.switch import DROP_KINDS, SwitchConfig
+from hwgen.cluster.golden import traffic
+from hwgen.cluster.spec.packet import Packet, classify, split_packets, to_beats
+from hwgen.cluster.spec.router import RouterConfig
+from hwgen.cluster.gateware.router import RouterModel, TEST_CONFIGS
+from hwgen.cluster.spec.switch import DROP_KINDS, SwitchConfig
 from hwgen.errors import ConfigError
 from hwgen.flow.simulate import simulate
 
@@ -104,13 +105,13 @@ def test_router_counter_check_catches_wrong_count(monkeypatch):
 def test_kernel_switch_packet_atomic_round_robin(values):
     """Every input's packets reach the right output intact and in order, never interleaved
     with another input's packet (arbitration order itself is free)."""
-    from hwgen.cluster.packet import from_beats
-    from hwgen.cluster.switch import SwitchModel
+    from hwgen.cluster.spec.packet import from_beats
+    from hwgen.cluster.gateware.switch import SwitchModel
     acc = registry.Accelerator(
         name="cluster-switch", summary="kernel switch test",
-        config_path="hwgen.cluster.switch:SwitchConfig",
-        top_path="hwgen.cluster.switch:KernelSwitch",
-        model_path="hwgen.cluster.switch:SwitchModel")
+        config_path="hwgen.cluster.spec.switch:SwitchConfig",
+        top_path="hwgen.cluster.gateware.switch:KernelSwitch",
+        model_path="hwgen.cluster.gateware.switch:SwitchModel")
     cfg = SwitchConfig(**values)
     r = simulate(acc, cfg, items=60, seed=5, stall=0.3, keep_outputs=True, engine="native")
     assert not r["timeout"]

@@ -114,10 +114,10 @@ def test_digest_depends_on_every_field():
 def test_structured_fields_take_their_old_text_spellings():
     """Configuration files written before the fields were typed keep working: each text form
     parses to the typed value written out by hand."""
-    from hwgen.cluster.adapter import PacketsToRowsConfig, Source
-    from hwgen.cluster.compute import ChainModule, KernelChainConfig
-    from hwgen.cluster.gateway import GatewayConfig, GmiGroup
-    from hwgen.cluster.switch import Route, SwitchConfig
+    from hwgen.cluster.spec.adapter import PacketsToRowsConfig, Source
+    from hwgen.cluster.spec.compute import ChainModule, KernelChainConfig
+    from hwgen.cluster.spec.gateway import GatewayConfig, GmiGroup
+    from hwgen.cluster.spec.switch import Route, SwitchConfig
     from hwgen.recsys.node import NodeConfig, Slice
     gw = GatewayConfig(groups="broadcast@9:2,5,3;scatter@12:7-8,1", local_ids="1-8")
     assert gw.groups == (GmiGroup("broadcast", 9, (2, 5, 3)), GmiGroup("scatter", 12, (7, 8, 1)))
@@ -143,7 +143,7 @@ def test_structured_fields_round_trip_json(name):
 
 
 def test_set_takes_json_for_structured_fields():
-    from hwgen.cluster.switch import SwitchConfig
+    from hwgen.cluster.spec.switch import SwitchConfig
     cfg = SwitchConfig().with_overrides(['routes=[{"kernel": 3, "port": 1}]'])
     assert cfg.to_dict()["routes"] == [{"kernel": 3, "port": 1}]
     assert SwitchConfig().with_overrides(["routes=3:1"]) == cfg
@@ -158,7 +158,7 @@ def test_set_takes_json_for_structured_fields():
     ({"routes": 5}, "routes"),
 ])
 def test_structured_field_errors_name_the_element(values, where):
-    from hwgen.cluster.switch import SwitchConfig
+    from hwgen.cluster.spec.switch import SwitchConfig
     with pytest.raises(ConfigError) as e:
         SwitchConfig(**values)
     assert e.value.param == where, str(e.value)

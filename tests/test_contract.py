@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hwgen import registry
-from hwgen.cluster.traffic import status_lines
+from hwgen.cluster.golden.traffic import status_lines
 from hwgen.config import Config
 from hwgen.contract import RESOURCE_KEYS, Performance, Resources, Workload
 from hwgen.errors import ConfigError

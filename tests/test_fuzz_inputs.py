@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hwgen import registry
-from hwgen.cluster import builder, describe
+from hwgen.cluster.run import builder
+from hwgen.cluster.spec import describe
 from hwgen.errors import ConfigError
 
 FUZZ = settings(max_examples=120, deadline=None, derandomize=True, database=None,

@@ -1,4 +1,4 @@
-"""The whole-layer golden (:mod:`hwgen.cluster.layer_golden`) and the shipped MiniLM encoder
+"""The whole-layer golden (:mod:`hwgen.cluster.golden.layers`) and the shipped MiniLM encoder
 description (``minilm_encoder``: layer 0 of the calibrated integer MiniLM over six FPGAs).
 
 The key check: :func:`layer_golden.run` of ``minilm_encoder.layers.json`` (every kernel's chain
@@ -12,8 +12,10 @@ import json
 import numpy as np
 import pytest
 
-from hwgen.cluster import describe, layer_golden
-from hwgen.cluster.compute import chain_plan, decode_rows, propagate
+from hwgen.cluster.spec import describe
+from hwgen.cluster.golden import layers as layer_golden
+from hwgen.cluster.spec.compute import chain_plan
+from hwgen.cluster.golden.compute import decode_rows, propagate
 from hwgen.errors import ConfigError
 from hwgen.ibert import golden
 
@@ -167,7 +169,7 @@ def test_missing_file_param_names_the_param(tmp_path):
 
 def test_minilm_description_places_output_at_the_virtual_broadcast():
     d = describe.load("minilm_encoder")
-    from hwgen.cluster import plan
+    from hwgen.cluster.plan import placement as plan
     p = plan.plan(d)
     p = p[0] if isinstance(p, (list, tuple)) else p
     ids = {k.name: k.id for k in p.kernels.values()}

@@ -82,7 +82,7 @@ def test_sidebands_only_in_packet_streams():
     elsewhere they are ordinary TDATA fields (e.g. an array named ``id``)."""
     from amaranth.hdl import signed as s
     from amaranth.lib import data as d
-    from hwgen.cluster.packet import packet_layout
+    from hwgen.cluster.spec.packet import packet_layout
     pkt = StreamFormat.from_shape(packet_layout(64))
     assert dict(pkt.sidebands) == {"keep": 8, "dest": 8, "id": 8, "user": 17}
     assert pkt.tdata_bits == 64 and [f.name for f in pkt.fields] == ["data"]

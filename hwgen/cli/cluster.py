@@ -35,8 +35,8 @@ def cluster():
 @reports_errors
 def cluster_build(description, out_dir, no_tops, kernels, resources):
     """Build a cluster description (a JSON file, or a shipped name: ibert_encoder)."""
-    from ..cluster.builder import build as run_build
-    from ..cluster.describe import load
+    from ..cluster.run.builder import build as run_build
+    from ..cluster.spec.describe import load
     desc = load(description)
     checks.output_dir("out", out_dir)
     if resources and no_tops:
@@ -46,7 +46,7 @@ def cluster_build(description, out_dir, no_tops, kernels, resources):
         click.echo(line)
     click.echo(f"wrote {len(result['written'])} files to {out_dir}")
     if resources:
-        from ..cluster.builder import resource_lines, resource_table, write_resources
+        from ..cluster.run.builder import resource_lines, resource_table, write_resources
         table = resource_table(result["fpgas"], result["plans"], log=_log)
         for line in resource_lines(table):
             click.echo(line)
@@ -93,7 +93,7 @@ def cluster_sim(description, out_dir, hub_delay_ms, loss, seed, messages, stall,
 
     Without --tokens: every compute kernel is a port of its top played by the testbench
     (random traffic over the plan's edges). With --tokens: the encoder itself runs inside
-    the tops, fed by a host at the cluster's output.ip (hwgen.cluster.encoder_sim)."""
+    the tops, fed by a host at the cluster's output.ip (hwgen.cluster.run.encoder_sim)."""
     if tokens is not None:
         hop = _hop_cycles(latency_ns, clock_mhz, hop_cycles)
         return _cluster_sim_encoder(description, out_dir, hub_delay_ms, loss, seed, stall,
@@ -103,7 +103,7 @@ def cluster_sim(description, out_dir, hub_delay_ms, loss, seed, messages, stall,
         if value is not None:
             raise ConfigError(name, "only with --tokens (the encoder's lock-step simulation)",
                               value=value)
-    from ..cluster.multifpga import check_options, run as run_sim
+    from ..cluster.run.multifpga import check_options, run as run_sim
     checks.at_least("messages", messages, 1, 10_000)
     check_options(latency_s=hub_delay_ms / 1000, loss=loss, seed=seed, rounds=messages,
                   stall=stall)
@@ -145,7 +145,7 @@ def _hop_cycles(latency_ns, clock_mhz, hop_cycles):
 
 def _cluster_sim_encoder(description, out_dir, hub_delay_ms, loss, seed, stall, tokens,
                          hop, sentence, json_path):
-    from ..cluster import encoder_sim
+    from ..cluster.run import encoder_sim
     if hub_delay_ms:
         raise ConfigError("hub_delay_ms", "the encoder simulation runs lock-step: give the "
                           "simulated network latency with --latency-ns", value=hub_delay_ms)
@@ -192,7 +192,7 @@ def bench_cluster(no_sim, measured, minilm_tokens, out_dir):
     """Multi-FPGA I-BERT latency model: the paper's Table 2, Versal 860 us, hwgen's encoder,
     and X, T measured by simulating encoders across FPGAs."""
     from ..checks import read_json
-    from ..cluster.bench import bench_cluster as run_bench
+    from ..cluster.run.bench import bench_cluster as run_bench
     reports = [read_json(path, "measured") for path in measured]
     for path, r in zip(measured, reports):
         if not isinstance(r, dict) or not {"tokens", "X", "T", "I", "path"} <= set(r):

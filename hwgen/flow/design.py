@@ -2,7 +2,7 @@
 
 A registered accelerator at a configuration is one (:meth:`Design.of`); so is a part of a larger
 top that has no configuration class of its own (the cluster builder's shell and packet buffers,
-:mod:`hwgen.cluster.builder`), which the flow then emits, caches and synthesises the same way.
+:mod:`hwgen.cluster.run.builder`), which the flow then emits, caches and synthesises the same way.
 """
 
 import functools

@@ -27,7 +27,7 @@ PACKAGES = {
     "golden: ibert": ["hwgen/ibert/golden.py"],
     "golden: espn": ["hwgen/espn/golden.py"],
     "golden: recsys": ["hwgen/recsys/golden.py"],
-    "golden: cluster": ["hwgen/cluster/golden.py"],
+    "golden: cluster": ["hwgen/cluster/golden/collectives.py"],
     "host: ralm": ["hwgen/ralm/knnlm.py", "hwgen/ralm/chamlm.py"],
 }
 

@@ -3,7 +3,7 @@
 A stream payload is a flat :class:`amaranth.lib.data.StructLayout` whose fields are scalars or
 one-dimensional :class:`~amaranth.lib.data.ArrayLayout`\\ s of scalars. A field named ``last``
 (1 bit) travels on TLAST. In a *packet stream* (a payload with a field named ``keep``, see
-:mod:`hwgen.cluster.packet`) the unsigned scalar fields ``keep``, ``dest``, ``id`` and ``user``
+:mod:`hwgen.cluster.spec.packet`) the unsigned scalar fields ``keep``, ``dest``, ``id`` and ``user``
 travel on TKEEP, TDEST, TID and TUSER; in other streams those names are ordinary fields. Every
 other field is packed into TDATA in declaration order, least significant bits first, array
 element 0 lowest. A stream with a ``keep`` field has one TKEEP bit per TDATA byte. TDATA is padded with zeros to a whole number of

@@ -338,7 +338,7 @@ class AttnDotModel(StreamModel):
     """
 
     #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
-    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.gateware.compute.KernelChain`).
     row_fields = {"q": ("q", "mats"), "k": ("k", "mats")}
 
     result_port = "o_s"

@@ -675,7 +675,7 @@ class LayerNormModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`LayerNorm` (items are rows)."""
 
     #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
-    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.gateware.compute.KernelChain`).
     row_fields = {"q": ("rows", "array")}
 
     result_port = "o_row"

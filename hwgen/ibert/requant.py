@@ -597,7 +597,7 @@ class RequantModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Requant`. An item is a row."""
 
     #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
-    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.gateware.compute.KernelChain`).
     row_fields = {"q": ("q", "array"), "id": ("id", "array")}
 
     result_port = "o_y"

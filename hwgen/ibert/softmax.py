@@ -792,7 +792,7 @@ class SoftmaxModel(StreamModel):
     """Stream-level golden model and stimulus of :class:`Softmax`. An item is a row."""
 
     #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
-    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.gateware.compute.KernelChain`).
     row_fields = {"q": ("rows", "list")}
 
     result_port = "o_y"

@@ -371,7 +371,7 @@ class SoftmaxMatmulModel(StreamModel):
     """
 
     #: How :meth:`stimulus` holds the rows of each element field (``{field: (stimulus key,
-    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.compute.KernelChain`).
+    #: form)}``; form ``mats``, ``array`` or ``list``: :class:`~hwgen.cluster.gateware.compute.KernelChain`).
     row_fields = {"p": ("p", "mats"), "v": ("v", "mats")}
 
     result_port = "o_o"

@@ -1,10 +1,10 @@
 """Row streams of chainable kernels: what the cluster asks of a kernel it chains.
 
-A kernel the cluster can put in a chain (:mod:`hwgen.cluster.compute`) has a configuration that
+A kernel the cluster can put in a chain (:mod:`hwgen.cluster.gateware.compute`) has a configuration that
 is a :class:`RowKernel`: it describes its row streams as :class:`RowPort` objects, and answers
 the cluster's timing question (:meth:`RowKernel.row_timing`) from its own cycle model. The
 payload of a row stream is :func:`row_layout`: one definition for the kernels' ports, the
-packet adapters' formats (:class:`hwgen.cluster.adapter.RowFormat`) and the layers golden's
+packet adapters' formats (:class:`hwgen.cluster.spec.adapter.RowFormat`) and the layers golden's
 range checks (:func:`shape_range`).
 """
 

@@ -2,8 +2,9 @@
 routing tables, Galapagos logical/map files, graph picture and per-FPGA tops.
 
 The only module of the package that writes files. What it writes comes from the plan
-(:mod:`hwgen.cluster.plan`: ids, roles, placement, routing tables, per-FPGA configurations);
-the tops are the gateware of :mod:`hwgen.cluster.top` built from each FPGA's plan.
+(:mod:`hwgen.cluster.plan.placement`: ids, roles, placement, routing tables, per-FPGA
+configurations); the tops are the gateware of :mod:`hwgen.cluster.gateware.top` built from each
+FPGA's plan.
 
 Outputs of :func:`build` (``OUT/<cluster>/``): ``kernels.json`` (ids, roles, kinds, FPGA,
 destinations), ``logical.xml`` and ``map.xml`` (Galapagos style, from
@@ -23,26 +24,31 @@ capacity; :func:`write_resources` writes ``OUT/resources.json``. A BERT-base Lin
 alone took 638 s in yosys here, so the table is opt-in.
 """
 
+from collections import Counter
+from dataclasses import replace
 import hashlib
 import ipaddress
 import json
+from pathlib import Path
 import shutil
 import subprocess
-from collections import Counter
-from dataclasses import replace
-from pathlib import Path
 
-from . import describe as D
-from .plan import (ClusterPlan, Kernel, Role, fpga_plan, plan, plan_cluster, router_cfg_beats,
-                   routing_tables)
-from ..flow.design import Design
-from ..flow.emit import emit_verilog
-from .router import pack_cfg
-from .switch import PacketFilter
-from .top import FPGATop, packet_buffer_beats
+from ... import registry
+from ...boards import load_board
+from ...flow.design import Design
+from ...flow.emit import emit_verilog
+from ...flow.package import render
+from ...flow.synth import synthesize_design
+from ..gateware.router import pack_cfg
+from ..gateware.switch import PacketFilter
+from ..gateware.top import FPGATop, packet_buffer_beats
+from ..plan.placement import (ClusterPlan, Kernel, Role, fpga_plan, plan, plan_cluster,
+                              router_cfg_beats, routing_tables)
+from ..spec import describe as D
 
 __all__ = ["Kernel", "ClusterPlan", "plan", "plan_cluster", "build", "routing_tables",
            "write_tops", "summary_lines", "FPGA_COLOURS"]
+
 
 FPGA_COLOURS = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69",
                 "#fccde5", "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f")
@@ -79,8 +85,8 @@ def _dot(p, plans_colours):
                          f'fillcolor="{colour}"{style}];')
         lines.append("  }")
     for s, d in p.edges:
-        a = "input" if s == "input" else f"k{s}"
-        b = "output" if d == "output" else f"k{d}"
+        a = str(s) if s == D.Boundary.INPUT else f"k{s}"
+        b = str(d) if d == D.Boundary.OUTPUT else f"k{d}"
         lines.append(f"  {a} -> {b};")
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -122,13 +128,12 @@ def _ranges(ids):
 
 
 def build(description, out_dir, *, tops=True, picture=True, log=None, kernels=None):
-    """Write everything for ``description`` (a :class:`~hwgen.cluster.describe.Description` or
+    """Write everything for ``description`` (a :class:`~hwgen.cluster.spec.describe.Description` or
     a path) under ``out_dir``; returns ``{"plans", "written", "summary", "fpgas"}`` (``fpgas``:
-    the :class:`~hwgen.cluster.plan.FPGAPlan` of every top written, none without ``tops``).
-    ``kernels``: "inside" (each top holds its compute kernels behind packet adapters),
+    the :class:`~hwgen.cluster.plan.placement.FPGAPlan` of every top written, none without
+    ``tops``). ``kernels``: "inside" (each top holds its compute kernels behind packet adapters),
     "external" (compute kernels are packet ports of the tops) or None (the description's
     ``kernels``)."""
-    from ..flow.package import render
     desc = description if isinstance(description, D.Description) else D.load(description)
     kernels = kernels or desc.kernels
     plans = plan(desc)
@@ -199,7 +204,8 @@ def write_tops(plan, plans, desc, cdir, log=None, kernels="inside"):
     """Emit ``<fpga>/<cluster>_<fpga>.v`` + ``ports.json`` + ``router_cfg.{json,hex}`` +
     ``gmi.json`` + ``compute.json`` (the compute kernels inside: chains and adapter
     configurations; empty with ``kernels="external"``) (+ ``gateway.json``) for every FPGA of
-    ``plan``; returns the paths written and the FPGAs' :class:`~hwgen.cluster.plan.FPGAPlan`."""
+    ``plan``; returns the paths written and the FPGAs'
+    :class:`~hwgen.cluster.plan.placement.FPGAPlan`."""
     n_clusters = max([p.cluster.id for p in plans]      # and a host's cluster (output.ip)
                      + [p.cluster.output["cluster"] for p in plans
                         if "ip" in (p.cluster.output or {})]) + 1
@@ -269,7 +275,7 @@ def _anonymous_p2r(cfg):
 
 
 def resource_table(fpgas, plans=None, log=None):
-    """Per FPGA (:class:`~hwgen.cluster.plan.FPGAPlan` with its kernels inside) the yosys
+    """Per FPGA (:class:`~hwgen.cluster.plan.placement.FPGAPlan` with its kernels inside) the yosys
     ``synth_xilinx`` resources of its parts, each distinct configuration synthesised once
     (cached by configuration digest, :func:`hwgen.flow.synth.synthesize`): every module of its
     compute kernels' chains, their two packet adapters, their packet buffers
@@ -281,9 +287,6 @@ def resource_table(fpgas, plans=None, log=None):
     the tops (``kernels="external"``) count with their modules (``plans`` names them) and
     without adapters. Returns ``{"capacity": {board: {...}}, "fpgas": {top: {"parts": [...],
     "total": {...}, "percent": {...}, "fits": bool}}, "synth_seconds", "note"}``."""
-    from .. import registry
-    from ..boards import load_board
-    from ..flow.synth import synthesize_design
     out, seconds, boards = {}, 0.0, {}
     for fp in fpgas:
         board = boards.setdefault(fp.fpga.board, load_board(fp.fpga.board))

@@ -22,17 +22,18 @@ recurrence (documented there).
 
 from dataclasses import dataclass
 
-from ..ibert.attn_dot import AttnDotConfig
-from ..ibert.gelu import GeluConfig
-from ..ibert.layernorm import LayerNormConfig
-from ..ibert.linear import LinearConfig
-from ..ibert.requant import RequantConfig
-from ..ibert.softmax import SoftmaxConfig
-from ..ibert.softmax_matmul import SoftmaxMatmulConfig
+from ...ibert.attn_dot import AttnDotConfig
+from ...ibert.gelu import GeluConfig
+from ...ibert.layernorm import LayerNormConfig
+from ...ibert.linear import LinearConfig
+from ...ibert.requant import RequantConfig
+from ...ibert.softmax import SoftmaxConfig
+from ...ibert.softmax_matmul import SoftmaxMatmulConfig
 
 __all__ = ["PAPER_TABLE1", "PAPER_TABLE2_MS", "PAPER_SEQ_LENS", "PAPER_CLOCK_MHZ", "PAPER_D_US",
            "VERSAL", "chain_latency", "table2", "versal_estimate", "encoder_timing",
            "EncoderSizes", "sizes_from_layers"]
+
 
 #: Sequence lengths of the paper's Tables 1 and 2.
 PAPER_SEQ_LENS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -113,7 +114,7 @@ class EncoderSizes:
 def sizes_from_layers(layers):
     """The :class:`EncoderSizes` of a layers description structured as
     ``ibert_encoder.layers.json`` (layers ``q``, ``attn_dot``, ``softmax_matmul``, ``ffn_up``,
-    ``ln1``; :mod:`hwgen.cluster.describe`), from its modules' parameters. Stages the model
+    ``ln1``; :mod:`hwgen.cluster.spec.describe`), from its modules' parameters. Stages the model
     does not have are left out."""
     by = {l.name: l for l in layers.layers}
     missing = [n for n in ("q", "attn_dot", "softmax_matmul", "ffn_up", "ln1") if n not in by]

@@ -1,9 +1,17 @@
 """``hwgen bench cluster``: the paper's latency model (Tables 1 and 2, the Versal estimate) and
 the same model fed with the cycle counts of hwgen's own I-BERT encoder kernels."""
 
-from . import latency as lat
+from pathlib import Path
+import tempfile
+
+from ..plan import latency as lat
+from ..plan.packet_model import packet_timing
+from ..plan.router_load import description_load
+from ..spec.describe import load
+from .encoder_sim import run as run_encoder
 
 __all__ = ["bench_cluster", "measured_encoder", "TOLERANCE_PCT", "MODEL_GOAL_PCT"]
+
 
 #: The issue's goal for the cycle model against a simulated encoder.
 MODEL_GOAL_PCT = 5.0
@@ -19,17 +27,14 @@ TOLERANCE_PCT = 0.5
 
 def measured_encoder(reports, echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ,
                      d_us=lat.PAPER_D_US):
-    """Print simulated X, T (reports of :func:`hwgen.cluster.encoder_sim.run`, one per M, of
+    """Print simulated X, T (reports of :func:`hwgen.cluster.run.encoder_sim.run`, one per M, of
     one description) beside two models and the paper's Table 1: the kernels' cycle model
-    (:func:`~hwgen.cluster.latency.encoder_timing` with
-    :func:`~hwgen.cluster.latency.sizes_from_layers`; the input one row per its beats;
+    (:func:`~hwgen.cluster.plan.latency.encoder_timing` with
+    :func:`~hwgen.cluster.plan.latency.sizes_from_layers`; the input one row per its beats;
     network, GMI kernels, adapters and routers left out) and the packet model
-    (:func:`~hwgen.cluster.packet_model.packet_timing`: the same kernels joined by their
+    (:func:`~hwgen.cluster.plan.packet_model.packet_timing`: the same kernels joined by their
     packets through the routers, GMI kernels and network hops of the plan). Returns the rows
     printed; ``err_*`` are the packet model's, ``kernel_err_*`` the kernel model's."""
-    from .describe import load
-    from .packet_model import packet_timing
-    from .router_load import description_load
     rows = []
     desc = load(reports[0]["path"])
     sizes = lat.sizes_from_layers(desc.clusters[0].layers)
@@ -61,14 +66,14 @@ def measured_encoder(reports, echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ,
     if stalled:
         echo(f"  (runs with random stalls {stalled}: the models assume none)")
     for r in sorted(reports, key=lambda r: r["tokens"]):
-        load = description_load(desc, r["tokens"])
-        busiest = max(load, key=lambda k: load[k]["beats"])
+        link_load = description_load(desc, r["tokens"])
+        busiest = max(link_load, key=lambda k: link_load[k]["beats"])
         echo(f"  M = {r['tokens']}: beats through each FPGA's router per sentence (the "
              "kernel model has no term for them): " + ", ".join(
-                 f"{k.split('_', 1)[-1]} {v['beats']}" for k, v in load.items())
+                 f"{k.split('_', 1)[-1]} {v['beats']}" for k, v in link_load.items())
              + f"; {busiest.split('_', 1)[-1]}'s router alone is busy >= "
-             f"{load[busiest]['beats']} cycles ({load[busiest]['beats'] / r['tokens']:.0f} "
-             "a token)")
+             f"{link_load[busiest]['beats']} cycles "
+             f"({link_load[busiest]['beats'] / r['tokens']:.0f} a token)")
     return rows
 
 
@@ -78,7 +83,7 @@ def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPE
     :data:`TOLERANCE_PCT` of the paper and the Versal estimate rounds to 860 us.
 
     ``simulate``: also run ``mini_encoder`` across its two FPGAs for M in
-    :data:`MINI_TOKENS` (:mod:`hwgen.cluster.encoder_sim`, builds cached) and print the
+    :data:`MINI_TOKENS` (:mod:`hwgen.cluster.run.encoder_sim`, builds cached) and print the
     measured X, T beside the model; ``measured``: reports (``hwgen cluster sim ... --json``)
     of other encoders to print the same way (e.g. ``minilm_encoder`` at M 1, 8, 38, 64);
     ``minilm_tokens``: also simulate ``minilm_encoder`` across its six FPGAs at these M (hop
@@ -131,21 +136,18 @@ def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPE
     for r in measured:
         groups.setdefault(r["description"], []).append(r)
     if simulate or minilm_tokens:
-        import tempfile
-        from pathlib import Path
-        from .encoder_sim import run
         base = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="hwgen-bench-"))
     for m in minilm_tokens:
         echo(f"simulating minilm_encoder (6 FPGAs) at M = {m} (first build ~30 min) ...")
-        r = dict(run("minilm_encoder", base / f"minilm-m{m}", tokens=m, stall=0.0,
+        r = dict(run_encoder("minilm_encoder", base / f"minilm-m{m}", tokens=m, stall=0.0,
                      log=echo_sim, echo=echo_sim))
         groups.setdefault(r["description"], []).append(r)
     if simulate:
         reports = []
         for m in MINI_TOKENS:
             echo(f"simulating mini_encoder (2 FPGAs) at M = {m} ...")
-            reports.append(dict(run("mini_encoder", base / f"mini-m{m}", tokens=m, stall=0.0,
-                                    hop=BENCH_HOP)))
+            reports.append(dict(run_encoder("mini_encoder", base / f"mini-m{m}", tokens=m,
+                                            stall=0.0, hop=BENCH_HOP)))
             if reports[-1]["mismatches"]:
                 ok = False
         groups["mini-encoder"] = reports
@@ -169,4 +171,3 @@ def bench_cluster(echo=print, L=12, clock_mhz=lat.PAPER_CLOCK_MHZ, d_us=lat.PAPE
             echo(f"packet model within {MODEL_GOAL_PCT:g}% of the simulated X and T: "
                  + ("all" if not far else f"not at M = {far}"))
     return ok
-

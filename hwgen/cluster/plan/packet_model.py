@@ -1,51 +1,52 @@
 """Packet-level cycle model of one cluster of an encoder description: the kernels' cycle models
 joined by the packets between them, with every FPGA's router a shared store-and-forward server.
 
-:func:`hwgen.cluster.latency.encoder_timing` chains the kernels' own cycle models and leaves
+:func:`hwgen.cluster.plan.latency.encoder_timing` chains the kernels' own cycle models and leaves
 the network out; on ``minilm_encoder`` it predicts X a third of the simulated one, because
 fpga1's one router carries 480 beats a token against its linears' 192 cycles
-(:mod:`hwgen.cluster.router_load`), rows wait for whole packets in store-and-forward buffers,
+(:mod:`hwgen.cluster.plan.router_load`), rows wait for whole packets in store-and-forward buffers,
 and every FPGA crossing costs a hop. This model replays one sentence through the plan
-(:func:`hwgen.cluster.plan.fpga_plan`) event by event, in time order:
+(:func:`hwgen.cluster.plan.placement.fpga_plan`) event by event, in time order:
 
 * **input**: the host's M frames reach the gateway's FPGA back to back from cycle ``hop``
   (``input_beats`` each); the gateway's decoder is store-and-forward, its virtual GMI kernels
   then send as a GMI kernel does;
-* **compute kernel** (:class:`~hwgen.cluster.plan.ComputePlan`): row ``r`` is ready when row
-  ``r`` of each row input, and every row of each matrix input (the module configuration's
+* **compute kernel** (:class:`~hwgen.cluster.plan.placement.ComputePlan`): row ``r`` is ready when
+  row ``r`` of each row input, and every row of each matrix input (the module configuration's
   :attr:`~hwgen.lib.row_ports.RowKernel.matrix_inputs`: K of the attention dot product, V of
   softmax x V), and for kernels that compute rows in groups
   (:meth:`~hwgen.lib.row_ports.RowKernel.row_group`) the rest of row ``r``'s group, has come
   out of its packet adapter (3 cycles after the packet's last beat,
-  :class:`~hwgen.cluster.adapter.PacketsToRows`); each module of its chain then finishes the
-  row at ``max(ready + latency, previous row + period)``
+  :class:`~hwgen.cluster.gateware.adapter.PacketsToRows`); each module of its chain then finishes
+  the row at ``max(ready + latency, previous row + period)``
   (:meth:`~hwgen.lib.row_ports.RowKernel.row_timing`, the kernels' own cycle models), plus the
   chain's regroupers
-  (:meth:`~hwgen.cluster.compute.ChainPlan.cycle_model`); the row's packets
-  (:func:`~hwgen.cluster.router_load.packet_sizes`) pass the row adapter (1 cycle) and
+  (:meth:`~hwgen.cluster.spec.compute.ChainPlan.cycle_model`); the row's packets
+  (:func:`~hwgen.cluster.plan.router_load.packet_sizes`) pass the row adapter (1 cycle) and
   leave the packet buffer 3 cycles after their last beat;
 * **GMI kernel**: a round's output starts 3 cycles after its last input (all members' for a
-  gather or reduce), one beat per cycle (:meth:`~hwgen.cluster.gmi.GMIConfig.cycles`);
+  gather or reduce), one beat per cycle (:meth:`~hwgen.cluster.spec.gmi.GMIConfig.cycles`);
 * **output switch and router** (one per FPGA, every packet its kernels send): the switch
   grants the kernels with a packet ready round-robin, a packet at a time
-  (:class:`~hwgen.cluster.switch.KernelSwitch`); the router is store-and-forward, one beat
+  (:class:`~hwgen.cluster.gateware.switch.KernelSwitch`); the router is store-and-forward, one beat
   per cycle in and out; a packet's first beat leaves ``beats + 2`` cycles after its first
-  beat entered (:class:`~hwgen.cluster.router.Router`);
+  beat entered (:class:`~hwgen.cluster.gateware.router.Router`);
 * **network**: a packet leaves at the testbench's next poll of the network port (every
   ``poll_cycles``, ``sim/cluster_tb.py``) after its last beat left the router and reaches
-  the other FPGA ``hop`` cycles later (the lock-step network of :mod:`hwgen.cluster.netsim`);
+  the other FPGA ``hop`` cycles later (the lock-step network of :mod:`hwgen.cluster.run.netsim`);
   a local one goes straight to the input switch.
 
 Left out: contention in the input switches and the merge of network and local traffic,
 backpressure (buffers are taken as deep enough: the builder sizes GMI and FIFO depths to M),
 stalls. X and T are counted as
-:mod:`hwgen.cluster.encoder_sim` counts them: from the first input packet's arrival (cycle
+:mod:`hwgen.cluster.run.encoder_sim` counts them: from the first input packet's arrival (cycle
 ``hop``) to the cycle the first and the last output row leave for the host.
 """
 
 import heapq
 
-from .describe import GmiKind
+from ..spec.describe import Boundary, GmiKind
+from .placement import Role
 from .router_load import description_plans, packet_sizes
 
 __all__ = ["packet_timing"]
@@ -94,9 +95,10 @@ class _Output:
 
 
 #: Cycles from a packet's last beat to its row's last beat out of a
-#: :class:`~hwgen.cluster.adapter.PacketsToRows`, from a row's last beat into a
-#: :class:`~hwgen.cluster.adapter.RowToPackets` to its packet's, and from a packet's last beat
-#: into a :class:`~hwgen.cluster.switch.PacketFilter` to its first beat out (their docstrings).
+#: :class:`~hwgen.cluster.gateware.adapter.PacketsToRows`, from a row's last beat into a
+#: :class:`~hwgen.cluster.gateware.adapter.RowToPackets` to its packet's, and from a packet's last
+#: beat into a :class:`~hwgen.cluster.gateware.switch.PacketFilter` to its first beat out (their
+#: docstrings).
 P2R_CYCLES, R2P_CYCLES, PKTBUF_CYCLES = 3, 1, 3
 #: The testbench polls each FPGA's network output every this many cycles (``sim/cluster_tb.py``).
 POLL_CYCLES = 16
@@ -104,14 +106,13 @@ POLL_CYCLES = 16
 
 def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL_CYCLES):
     """Replay one sentence of ``m`` tokens through the first cluster of ``description`` (a
-    name, path or :class:`~hwgen.cluster.describe.Description` with its compute kernels
+    name, path or :class:`~hwgen.cluster.spec.describe.Description` with its compute kernels
     inside; see the module docstring). ``input_beats``: beats of one input frame (default: the
     gateway broadcast's input row). Returns ``{"X", "T", "I", "output_cycles", "kernels":
     {name: [cycle each row left the kernel]}, "datagrams": [{"cycle", "tid", "tdest",
     "beats"}], "router_beats": {top: beats}}`` in the cycles of
-    :func:`hwgen.cluster.encoder_sim.run`'s report (``datagrams``: every packet that leaves
+    :func:`hwgen.cluster.run.encoder_sim.run`'s report (``datagrams``: every packet that leaves
     an FPGA, at the testbench's cycle, as ``datagrams.jsonl`` of a simulation lists them)."""
-    from .plan import Role
     plans, fps = description_plans(description, m)
     p = plans[0]
     fpga_of = {i: k.fpga for i, k in p.kernels.items()}
@@ -131,9 +132,9 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
 
     def sent(last, src, dest, beats, row, final):
         leave = -(-(last + 1) // poll_cycles) * poll_cycles       # the testbench's poll
-        if dest == "output" or fpga_of[dest] != fpga_of[src]:
+        if dest == Boundary.OUTPUT or fpga_of[dest] != fpga_of[src]:
             datagrams.append({"cycle": leave, "tid": src, "tdest": dest, "beats": beats})
-        if dest == "output":
+        if dest == Boundary.OUTPUT:
             outputs.append(leave)
             return
         arrive = last + 1 if fpga_of[dest] == fpga_of[src] else leave + hop_cycles + beats

@@ -1,7 +1,7 @@
 """Cluster plan (multi-FPGA I-BERT paper, sec. 6): what the Cluster Builder decides, as data.
 
-This module neither builds gateware nor writes files: :mod:`hwgen.cluster.top` builds the
-gateware of one FPGA from its :class:`FPGAPlan`, :mod:`hwgen.cluster.builder` writes the files.
+This module neither builds gateware nor writes files: :mod:`hwgen.cluster.gateware.top` builds the
+gateware of one FPGA from its :class:`FPGAPlan`, :mod:`hwgen.cluster.run.builder` writes the files.
 
 Kernel ids per cluster follow the paper's order, one contiguous space ``0 .. N-1``:
 
@@ -24,11 +24,11 @@ with their packet adapters (:func:`kernel_plan`, :class:`ComputePlan`) or, with
 attacher).
 
 Compute kernels inside a top (:func:`kernel_plan`): the kernel's chain
-(:func:`hwgen.cluster.compute.chain_plan`) between a
-:class:`~hwgen.cluster.adapter.PacketsToRows` (one row stream per source id: the TID each sender
-puts on its packets, i.e. a GMI kernel's own id, a virtual GMI kernel's virtual id, a compute
+(:func:`hwgen.cluster.spec.compute.chain_plan`) between a
+:class:`~hwgen.cluster.gateware.adapter.PacketsToRows` (one row stream per source id: the TID each
+sender puts on its packets, i.e. a GMI kernel's own id, a virtual GMI kernel's virtual id, a compute
 kernel's id, or for point-to-point ``input`` the id of the kernel of the cluster whose
-``output`` names this one) and a :class:`~hwgen.cluster.adapter.RowToPackets` to its single
+``output`` names this one) and a :class:`~hwgen.cluster.gateware.adapter.RowToPackets` to its single
 destination (a GMI or compute kernel id; for ``output`` the kernel id named by the cluster's
 ``output``, through a header attacher). Which chain input each connection feeds is the
 connection's ``port`` (or the one input left unfed); element widths in packets are the GMI's
@@ -36,24 +36,30 @@ connection's ``port`` (or the one input left unfed); element widths in packets a
 elements; the sequence length M (the description's ``sequence_length``) fixes the adapters' row
 counts.
 
-The configuration classes (:class:`~hwgen.cluster.router.RouterConfig`,
-:class:`~hwgen.cluster.gmi.GMIConfig`, :class:`~hwgen.cluster.gateway.GatewayConfig`, the
+The configuration classes (:class:`~hwgen.cluster.spec.router.RouterConfig`,
+:class:`~hwgen.cluster.spec.gmi.GMIConfig`, :class:`~hwgen.cluster.spec.gateway.GatewayConfig`, the
 adapters' configurations and chain plans) live beside their gateware and are imported only
 when a configuration is made.
 """
 
-import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
+import ipaddress
 
-from .. import registry
-from ..errors import ConfigError
-from . import describe as D
+from ... import registry
+from ...errors import ConfigError
+from ...lib.row_ports import shape_holds
+from ..spec import describe as D
+from ..spec.adapter import FORMAT_KEYS, PacketsToRowsConfig, RowFormat, RowToPacketsConfig, Source
+from ..spec.compute import chain_plan
+from ..spec.gateway import GatewayConfig, GmiGroup
+from ..spec.gmi import GMIConfig
+from ..spec.router import RouterConfig
 
 __all__ = ["Role", "Kernel", "ClusterPlan", "plan", "plan_cluster", "routing_tables",
-           "router_cfg_beats", "gmi_config", "gateway_config", "FPGAPlan", "fpga_plan",
-           "top_name", "MAX_PACKET_BYTES", "ComputePlan", "kernel_plan", "sequence_length",
-           "KERNEL_MODES"]
+           "router_cfg_beats", "gmi_config", "gateway_config", "FPGAPlan", "fpga_plan", "top_name",
+           "MAX_PACKET_BYTES", "ComputePlan", "kernel_plan", "sequence_length", "KERNEL_MODES"]
+
 
 #: Where an FPGA's compute kernels are: in its top behind adapters, or outside it (packet ports).
 KERNEL_MODES = ("inside", "external")
@@ -82,7 +88,7 @@ class Kernel:
     modules: tuple = ()       # compute: describe.Module chain
     gmi: object = None        # communication/virtual: the describe.Connection
     members: tuple = ()       # GMI: member kernel ids (receivers of a fan-out, senders of a fan-in)
-    dests: list = field(default_factory=list)   # kernel ids (or "output") it sends to
+    dests: list = field(default_factory=list)   # kernel ids (or Boundary.OUTPUT) it sends to
 
     def to_dict(self):
         """The kernel as a JSON-ready dict, as written to ``kernels.json``: ``id``, ``name``,
@@ -103,14 +109,15 @@ class ClusterPlan:
     """The plan of one cluster (:func:`plan_cluster`): its description ``cluster`` and
     ``index``, the :class:`Kernel` objects by id (``kernels``) and by name (``by_name``), each
     FPGA's kernel ids (``fpga_kernels``), the id space ``size`` (ids 0 .. size - 1) and the
-    ``edges`` (sender, receiver kernel ids; ``"input"``/``"output"`` at the cluster boundary)."""
+    ``edges`` (sender, receiver kernel ids; a :class:`~hwgen.cluster.spec.describe.Boundary`
+    at the cluster boundary)."""
     cluster: D.Cluster
     index: int
     kernels: dict             # id -> Kernel
     by_name: dict             # name -> Kernel
     fpga_kernels: dict        # fpga name -> [ids]
     size: int                 # N: ids 0..N-1
-    edges: list               # (src, dst) kernel ids; "input"/"output" at the cluster boundary
+    edges: list               # (src, dst) kernel ids; Boundary.INPUT/OUTPUT at the boundary
 
     def counts(self):
         """``{role string: number of kernels}`` over every role."""
@@ -184,13 +191,14 @@ def plan_cluster(cluster, index, description=None):
     # edges, GMI members and default GMI placement
     edges = []
     for c in layers.connections:
-        src = [0] if c.src == ("input",) else [by_name[s].id for s in c.src]
-        dst = ["output"] if c.dst == ("output",) else [by_name[d].id for d in c.dst]
+        src = [0] if c.src == (D.Boundary.INPUT,) else [by_name[s].id for s in c.src]
+        dst = [D.Boundary.OUTPUT] if c.dst == (D.Boundary.OUTPUT,) \
+            else [by_name[d].id for d in c.dst]
         if c.gmi:
             g = by_name[c.name]
             if c.virtual:
                 g.fpga = kernels[0].fpga
-                edges.append(("input", g.id))
+                edges.append((D.Boundary.INPUT, g.id))
                 g.members = tuple(dst)
                 edges += [(g.id, d) for d in dst]
             elif c.gmi in D.FAN_OUT:
@@ -201,14 +209,14 @@ def plan_cluster(cluster, index, description=None):
                 g.members = tuple(src)
                 g.fpga = g.fpga or kernels[dst[0]].fpga
                 edges += [(s, g.id) for s in src] + [(g.id, dst[0])]
-        elif c.src == ("input",):
-            edges += [("input", 0)] + [(0, d) for d in dst]
+        elif c.src == (D.Boundary.INPUT,):
+            edges += [(D.Boundary.INPUT, 0)] + [(0, d) for d in dst]
         elif len(src) == len(dst):
             edges += list(zip(src, dst))
         else:
             edges += [(s, dst[0]) for s in src] if len(dst) == 1 else [(src[0], d) for d in dst]
     for s, d in edges:
-        if s != "input" and d not in kernels[s].dests:
+        if s != D.Boundary.INPUT and d not in kernels[s].dests:
             kernels[s].dests.append(d)
     for k in kernels.values():
         if k.fpga:
@@ -258,9 +266,9 @@ def routing_tables(p, plans):
 
 
 def router_cfg_beats(tables):
-    """Configuration stream beats (fields of :func:`~hwgen.cluster.router.cfg_layout`) loading
-    both routing tables: one beat per valid entry, kernel table then cluster table, ``last`` on
-    the final beat."""
+    """Configuration stream beats (fields of :func:`~hwgen.cluster.gateware.router.cfg_layout`)
+    loading both routing tables: one beat per valid entry, kernel table then cluster table, ``last``
+    on the final beat."""
     beats = [{"table": 0, "index": k, "address": int(ipaddress.IPv4Address(ip)), "valid": 1,
               "last": 0} for k, ip in sorted(tables["kernels"].items())]
     beats += [{"table": 1, "index": c, "address": int(ipaddress.IPv4Address(ip)), "valid": 1,
@@ -276,7 +284,7 @@ def _connection(plan, k):
 
 
 def gmi_config(k, plan, data_bits, seq_len=0):
-    """:class:`~hwgen.cluster.gmi.GMIConfig` of the communication kernel ``k`` of ``plan``;
+    """:class:`~hwgen.cluster.spec.gmi.GMIConfig` of the communication kernel ``k`` of ``plan``;
     a ConfigError names the connection (its ``to`` or ``params.<name>``).
 
     A GMI kernel without ``params.depth`` buffers ``max(2, seq_len)`` rounds, a sentence:
@@ -290,7 +298,6 @@ def gmi_config(k, plan, data_bits, seq_len=0):
       FPGA's router, which its own output needs: a packet for a full scatter blocks the router
       and with it the scatter's output (``minilm_encoder``'s fpga1 stopped after one round once
       Q/K/V's rows reached the router whole, behind the packet buffers)."""
-    from .gmi import GMIConfig
     where = _connection(plan, k)
     members = list(k.members)
     if members != list(range(members[0], members[0] + len(members))):
@@ -310,7 +317,7 @@ def gmi_config(k, plan, data_bits, seq_len=0):
 
 
 def gateway_config(plan, data_bits, seq_len=0):
-    """:class:`~hwgen.cluster.gateway.GatewayConfig` of the cluster's gateway as the builder
+    """:class:`~hwgen.cluster.spec.gateway.GatewayConfig` of the cluster's gateway as the builder
     assigned it: point to point to every physical kernel of the cluster but the gateway
     (``local_ids``, on any FPGA of the cluster), one virtual GMI kernel per connection from
     ``input`` with its id and members (``groups``), payloads up to ``MAX_PACKET_BYTES - 1``.
@@ -321,7 +328,6 @@ def gateway_config(plan, data_bits, seq_len=0):
     broadcast stalls the FPGA's network input, which the merge in front of the kernels shares
     with the router's local output that the broadcast's own packets need (``minilm_encoder``
     at M 38 stopped after 30 datagrams with the old depth of 2)."""
-    from .gateway import GatewayConfig, GmiGroup
     virt = plan.with_role(Role.VIRTUAL)
     local = [k.id for k in plan.with_role(Role.COMPUTE, Role.COMMUNICATION)]
     values = {"data_bits": data_bits, "cluster_id": plan.cluster.id,
@@ -359,7 +365,8 @@ def top_name(plan, fpga):
 
 @dataclass(frozen=True)
 class FPGAPlan:
-    """Everything the top of one FPGA is built from (:class:`hwgen.cluster.top.FPGATop`)."""
+    """Everything the top of one FPGA is built from
+    (:class:`hwgen.cluster.gateware.top.FPGATop`)."""
     cluster_id: int
     fpga: D.FPGA
     name: str                 # top module name (top_name)
@@ -375,12 +382,11 @@ class FPGAPlan:
 
 
 def fpga_plan(plan, fpga, data_bits, n_clusters, *, kernels="inside", plans=None, seq_len=0):
-    """The :class:`FPGAPlan` of ``fpga`` (a :class:`~hwgen.cluster.describe.FPGA` of
+    """The :class:`FPGAPlan` of ``fpga`` (a :class:`~hwgen.cluster.spec.describe.FPGA` of
     ``plan``'s cluster) in a description of ``n_clusters`` cluster ids. ``kernels``: "inside"
     (each compute kernel a :class:`ComputePlan` in ``computes``; ``plans``, all clusters'
     plans, name the senders of point-to-point ``input``; ``seq_len`` is M, 0: the default of
     :func:`sequence_length`) or "external" (the kernels' ids in ``external``: packet ports)."""
-    from .router import RouterConfig
     if kernels not in KERNEL_MODES:
         raise ConfigError("kernels", "must be one of " + ", ".join(KERNEL_MODES),
                           value=kernels)
@@ -401,7 +407,7 @@ def fpga_plan(plan, fpga, data_bits, n_clusters, *, kernels="inside", plans=None
                           node_address=int(ipaddress.IPv4Address(fpga.ip)))
     gmis = [k for k in kernels if k.role is Role.COMMUNICATION]
     configs = {k.id: gmi_config(k, plan, data_bits, m) for k in gmis}
-    headers = tuple(i for i in compute if output and "output" in plan.kernels[i].dests)
+    headers = tuple(i for i in compute if output and D.Boundary.OUTPUT in plan.kernels[i].dests)
     return FPGAPlan(cluster_id=plan.cluster.id, fpga=fpga, name=top_name(plan, fpga),
                     data_bits=data_bits, router=router, external=external, headers=headers,
                     dest_cluster=output["cluster"] if output else None,
@@ -421,7 +427,7 @@ def sequence_length(layers):
 
 @dataclass(frozen=True)
 class ComputePlan:
-    """One compute kernel inside its FPGA's top (:class:`hwgen.cluster.top.FPGATop`)."""
+    """One compute kernel inside its FPGA's top (:class:`hwgen.cluster.gateware.top.FPGATop`)."""
     id: int
     name: str
     chain: object             # compute.ChainPlan (KernelChain is built from it)
@@ -462,11 +468,11 @@ def _feeds(k, plan, plans):
             continue
         if c.gmi:
             out.append((plan.by_name[c.name].id, c, None))
-        elif c.src == ("input",):
+        elif c.src == (D.Boundary.INPUT,):
             senders = [(q, s) for q in plans if q.cluster.output
                        and q.cluster.output["cluster"] == plan.cluster.id
                        and q.cluster.output["kernel"] == k.id
-                       for s in q.kernels.values() if "output" in s.dests]
+                       for s in q.kernels.values() if D.Boundary.OUTPUT in s.dests]
             if len(senders) != 1:
                 raise ConfigError(f"{where}[{c.index}].from", f"`input` to {k.name} point to "
                                   "point: its packets' source id is the sending kernel of the "
@@ -511,9 +517,8 @@ def _layer_path(k, plan):
 
 
 def _chain(k, plan):
-    """The :class:`~hwgen.cluster.compute.ChainPlan` of compute kernel ``k``; a ConfigError
+    """The :class:`~hwgen.cluster.spec.compute.ChainPlan` of compute kernel ``k``; a ConfigError
     names its layer's module."""
-    from .compute import chain_plan
     try:
         return chain_plan(k.modules)
     except ConfigError as e:
@@ -525,7 +530,7 @@ def _out_elem_bits(k, plan, chain):
     ``elem_bits``, else the smallest that holds the chain's output elements)."""
     bits = _elem_bits(chain.output.elem_bits, f"{_layer_path(k, plan)}.modules")
     dest = k.dests[0] if len(k.dests) == 1 else None
-    g = plan.kernels.get(dest) if dest != "output" else None
+    g = plan.kernels.get(dest) if dest != D.Boundary.OUTPUT else None
     if g is not None and g.role is Role.COMMUNICATION:
         eb = g.gmi.params.get("elem_bits", 8)
         if eb < chain.output.elem_bits:
@@ -542,7 +547,6 @@ def _row_elems(port, m):
 
 
 def _format(port, m, elem_bits, **over):
-    from .adapter import RowFormat
     return RowFormat(field=port.field, lanes=port.lanes, elem_bits=elem_bits,
                      field_bits=min(port.elem_bits, elem_bits), signed=port.signed,
                      row_elems=_row_elems(port, m), count=port.count,
@@ -555,8 +559,6 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
     ``modules`` or ``sequence_length``."""
     # Imported here: importing the plan must not import Amaranth
     # (tests/test_cluster_plan.py::test_plan_imports_no_gateware).
-    from ..lib.row_ports import shape_holds
-    from .adapter import FORMAT_KEYS, PacketsToRowsConfig, RowToPacketsConfig, Source
     where = f"clusters[{plan.index}].layers.connections"
     lw = f"{_layer_path(k, plan)}.modules"
     chain = _chain(k, plan)
@@ -593,7 +595,7 @@ def kernel_plan(k, plan, plans, data_bits, seq_len):
         raise ConfigError(lw, f"compute kernel {k.name} sends to "
                           f"{len(k.dests) or 'no'} destinations; its one output stream needs "
                           "a broadcast GMI kernel for several")
-    dest, header = k.dests[0], k.dests[0] == "output"
+    dest, header = k.dests[0], k.dests[0] == D.Boundary.OUTPUT
     if header:
         dest = plan.cluster.output["kernel"]
     out_fmt = _format(chain.output, seq_len, _out_elem_bits(k, plan, chain))

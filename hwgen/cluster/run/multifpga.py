@@ -1,13 +1,13 @@
 """Multi-FPGA simulation of a built cluster description (issue 7 item 6).
 
-:func:`prepare` builds the description (:func:`hwgen.cluster.builder.build` with
+:func:`prepare` builds the description (:func:`hwgen.cluster.run.builder.build` with
 ``kernels="external"``: the compute kernels are packet ports of the tops) and verilates every
 FPGA top (builds cached under ``cache_dir()/cluster-sim/<sha256 of the Verilog>``).
 :func:`traffic` makes the packets each compute kernel of each FPGA sends (the testbench plays
 the compute kernels, the tops' only external kernels: the gateway kernel 0 with its virtual GMI
-kernels is inside the top of its FPGA, :mod:`hwgen.cluster.top`);
+kernels is inside the top of its FPGA, :mod:`hwgen.cluster.gateware.top`);
 :func:`golden` computes what every compute kernel must receive; :func:`simulate` runs all FPGAs
-at once with :func:`hwgen.cluster.netsim.run_cluster` (each router's tables loaded first through
+at once with :func:`hwgen.cluster.run.netsim.run_cluster` (each router's tables loaded first through
 ``s_axis_cfg``; the network address of each frame from ``m_axis_addr``); :func:`compare` counts
 per-kernel differences (multisets of packets).
 
@@ -26,34 +26,40 @@ Traffic per round (``rounds`` rounds), following the plan's edges:
   traffic across FPGAs).
 
 Golden model (:func:`golden`): a packet from a kernel with an ``output`` destination gets the
-GMI header (:func:`~hwgen.cluster.packet.attach_header`); an inter-cluster packet goes to the
+GMI header (:func:`~hwgen.cluster.spec.packet.attach_header`); an inter-cluster packet goes to the
 destination cluster's gateway, which drops it unless it has a byte after the header, fits
-its decoder and names a kernel it knows (:func:`hwgen.cluster.plan.gateway_config`), and
-otherwise strips the header (:func:`~hwgen.cluster.packet.strip_header`) and sends it on from
+its decoder and names a kernel it knows (:func:`hwgen.cluster.plan.placement.gateway_config`), and
+otherwise strips the header (:func:`~hwgen.cluster.spec.packet.strip_header`) and sends it on from
 the gateway's FPGA: to a virtual GMI kernel or, as an intra-cluster packet, to its kernel; an
 intra-cluster packet goes to its TDEST kernel; a GMI kernel's inputs (interleaved round-robin
 over sources, each source in order) go through
-:func:`~hwgen.cluster.golden.collective_stream` (for virtual kernels
-:meth:`~hwgen.cluster.gateway.GatewayConfig.collective`, the same with the members' ids) and its
-outputs are routed again (fixpoint).
+:func:`~hwgen.cluster.golden.collectives.collective_stream` (for virtual kernels
+:meth:`~hwgen.cluster.spec.gateway.GatewayConfig.collective`, the same with the members' ids) and
+its outputs are routed again (fixpoint).
 Datagrams the hub dropped (``dropped`` frames) remove the matching packet on its network hop.
 """
 
+from collections import Counter
+from dataclasses import dataclass
 import hashlib
 import ipaddress
 import json
-import time
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
+import time
 
 import numpy as np
 
-from .. import checks
-from . import describe as D
-from .golden import collective_stream
-from .plan import Role, gateway_config, gmi_config
-from .packet import attach_header, from_beats, split_packets, strip_header, to_beats, Packet
+from ... import checks
+from ...flow.frames import received_beats, stimulus_frames
+from ...flow.ports import StreamFormat
+from ...flow.tools import cache_dir
+from ...flow.verilator import verilate
+from ..golden.collectives import collective_stream, gateway_collective
+from ..plan.placement import Role, gateway_config, gmi_config
+from ..spec import describe as D
+from ..spec.packet import Packet, attach_header, from_beats, split_packets, strip_header, to_beats
+from .builder import build
+from .netsim import NodeRun, run_cluster
 
 __all__ = ["FPGARun", "prepare", "traffic", "golden", "simulate", "compare", "run"]
 
@@ -63,7 +69,7 @@ class FPGARun:
     """One FPGA prepared for simulation (:func:`prepare`): its cluster ``plan`` and
     description ``fpga``, top name ``top``, Verilator ``build_dir``, the top's ``ports``
     (``ports.json``), its router configuration beats ``cfg_beats``, the ``external`` compute
-    kernels (packet ports of the top) and its :class:`~hwgen.cluster.plan.FPGAPlan`."""
+    kernels (packet ports of the top) and its :class:`~hwgen.cluster.plan.placement.FPGAPlan`."""
     plan: object
     fpga: object
     top: str
@@ -83,9 +89,6 @@ def prepare(description, out_dir, log=None, kernels="external"):
     """Build the tops of ``description`` under ``out_dir/build`` (compute kernels
     ``kernels``: "external" packet ports, or "inside" the tops) and verilate them; returns
     ``(description, plans, [FPGARun])``."""
-    from ..flow.tools import cache_dir
-    from ..flow.verilator import verilate
-    from .builder import build
     desc = description if isinstance(description, D.Description) else D.load(description)
     result = build(desc, Path(out_dir) / "build", picture=False, log=log, kernels=kernels)
     plans = result["plans"]
@@ -140,7 +143,7 @@ def traffic(plans, data_bits, rounds=2, seed=1):
                     continue
                 out = sent.setdefault((cid, k.id), [])
                 for d in k.dests:
-                    if d == "output":
+                    if d == D.Boundary.OUTPUT:
                         o = p.cluster.output
                         tgt = by_id.get(o["cluster"])
                         body = message_for(tgt, o["kernel"]) if tgt else payload(8)
@@ -152,7 +155,7 @@ def traffic(plans, data_bits, rounds=2, seed=1):
             for f in p.cluster.fpgas:
                 ids = [i for i in sorted(p.fpga_kernels[f.name])
                        if p.kernels[i].role is Role.COMPUTE
-                       and "output" not in p.kernels[i].dests]
+                       and D.Boundary.OUTPUT not in p.kernels[i].dests]
                 if ids:
                     firsts.append(ids[0])
             if len(firsts) > 1:
@@ -217,7 +220,7 @@ def golden(plans, sent, data_bits, dropped=()):
             p = by_id[cid]
             k = p.kernels[kid]
             for pkt in pkts:
-                if "output" in k.dests and p.cluster.output:
+                if D.Boundary.OUTPUT in k.dests and p.cluster.output:
                     pkt = attach_header(pkt, p.cluster.output["cluster"], pkt.dest, cid)
                 route(cid, kid, pkt)
         for (cid, gid), pkts in gmi_out.items():
@@ -233,7 +236,7 @@ def golden(plans, sent, data_bits, dropped=()):
             order = [q for n in range(max(map(len, per_src.values())))
                      for s in sorted(per_src) for q in per_src[s][n:n + 1]]
             if k.role is Role.VIRTUAL:
-                new_out[(cid, gid)], _ = gw[cid].collective(k.kind, order)
+                new_out[(cid, gid)], _ = gateway_collective(gw[cid], k.kind, order)
             else:
                 new_out[(cid, gid)], _ = collective_stream(k.kind, _gmi_cfg(p, k, data_bits),
                                                            order)
@@ -245,7 +248,6 @@ def golden(plans, sent, data_bits, dropped=()):
 
 
 def _fmt(run, port):
-    from ..flow.ports import StreamFormat
     return StreamFormat.from_dict(next(s for s in run.ports["streams"] if s["port"] == port))
 
 
@@ -254,8 +256,6 @@ def simulate(runs, sent, data_bits, run_dir, *, latency_s=0.0, loss=0.0, seed=1,
     """Run every FPGA at once; returns ``(received {(cid, kid): [Packet]}, malformed count,
     hub stats)``. ``expect`` ({(cid, kid): [Packet]}) lets the run stop as soon as every kernel
     has its beats."""
-    from ..flow.frames import received_beats, stimulus_frames
-    from .netsim import NodeRun, run_cluster
     nodes = []
     for r in runs:
         cid = r.plan.cluster.id

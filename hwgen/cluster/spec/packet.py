@@ -33,9 +33,10 @@ from dataclasses import dataclass, field, replace
 
 from amaranth.lib import data
 
-__all__ = ["DEST_BITS", "ID_BITS", "USER_BITS", "INTER_CLUSTER_BIT", "Packet",
-           "packet_layout", "to_beats", "from_beats", "split_packets", "attach_header",
-           "strip_header", "classify", "MALFORMED_KINDS"]
+__all__ = ["DEST_BITS", "ID_BITS", "USER_BITS", "INTER_CLUSTER_BIT", "Packet", "packet_layout",
+           "to_beats", "from_beats", "split_packets", "attach_header", "strip_header", "classify",
+           "MALFORMED_KINDS"]
+
 
 DEST_BITS = 8
 ID_BITS = 8

@@ -22,10 +22,10 @@ one or more (``output``: the cluster's output, sent to another cluster). Its ``g
 1 -> 1 is point-to-point. ``params`` go to the GMI kernel's config (``length``, ``elem_bits``,
 ``op``). A GMI connection from ``input`` becomes a *virtual* kernel inside the gateway.
 ``port`` names the input of each receiving kernel's chain that the connection feeds (the
-chain's ``i_<module>_<port>`` names, :mod:`hwgen.cluster.compute`: ``"i_0_k"`` for K of the
+chain's ``i_<module>_<port>`` names, :mod:`hwgen.cluster.gateware.compute`: ``"i_0_k"`` for K of the
 attention, ``"i_1_id"`` for the residual of a requantisation with identity): a string for
 every receiver, or ``{"<layer or instance>": "<input>"}`` per receiver. Without it a receiver
-with exactly one input left unfed takes it (:func:`hwgen.cluster.plan.kernel_plan`).
+with exactly one input left unfed takes it (:func:`hwgen.cluster.plan.placement.kernel_plan`).
 File parameters of the modules (:data:`FILE_PARAMS`: ``ibert-linear``'s ``weights``,
 ``ibert-layernorm``'s ``params``, ``ibert-requant``'s ``scale_in_file``, ``ibert-gelu``'s
 ``scale_file``) are paths relative to the layer description's file (an inline description:
@@ -59,21 +59,21 @@ the tops, the kernels built apart); ``hwgen cluster build --kernels`` overrides 
 (``clusters[0].fpgas[2].ip``).
 """
 
-import ipaddress
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+import ipaddress
 from pathlib import Path
+import re
 
-from ..checks import read_json
-from ..errors import ConfigError
+from ... import registry
+from ...boards import board_names
+from ...checks import read_json
+from ...errors import ConfigError
 
-__all__ = ["Module", "Layer", "Connection", "LayerDescription", "FPGA", "Cluster",
-           "Description", "load", "parse", "parse_layers", "GmiKind", "GMI_KINDS", "FAN_OUT",
-           "FAN_IN",
+__all__ = ["Module", "Layer", "Connection", "LayerDescription", "FPGA", "Cluster", "Description",
+           "load", "parse", "parse_layers", "GmiKind", "GMI_KINDS", "FAN_OUT", "FAN_IN",
            "MAX_KERNELS", "MAX_CLUSTERS", "DESCRIPTIONS_DIR", "FILE_PARAMS", "PortError",
            "assign_ports"]
-
 
 
 class GmiKind(StrEnum):
@@ -97,12 +97,24 @@ class GmiKind(StrEnum):
 
 
 GMI_KINDS = tuple(GmiKind)
+
+
+class Boundary(StrEnum):
+    """The cluster's boundary as the end of a connection, in place of a kernel: ``INPUT`` (what
+    the gateway delivers from the network) and ``OUTPUT`` (the cluster's output: another
+    cluster or the host). A member equals its name (``Boundary.OUTPUT == "output"``), as
+    descriptions spell it, and never equals a kernel id or an instance name (those names are
+    reserved)."""
+    INPUT = "input"
+    OUTPUT = "output"
+
+
 FAN_OUT = tuple(k for k in GmiKind if k.fan_out)
 FAN_IN = tuple(k for k in GmiKind if k.fan_in)
 #: Kernel ids per cluster (8-bit TDEST) and cluster ids (8-bit), paper sec. 4.
 MAX_KERNELS = 256
 MAX_CLUSTERS = 256
-DESCRIPTIONS_DIR = Path(__file__).parent / "descriptions"
+DESCRIPTIONS_DIR = Path(__file__).parents[1] / "descriptions"
 
 _REF = re.compile(r"^([A-Za-z_][\w-]*)(?:\[(\d+)\])?$")
 
@@ -135,13 +147,13 @@ class Layer:
 @dataclass(frozen=True)
 class Connection:
     """Connection ``index`` of the layer description: from the instances ``src``
-    (``("input",)``: the cluster's gateway input) to ``dst`` (``("output",)``: the cluster's
-    output), through GMI kernel ``gmi`` (None: pairwise or point-to-point) configured by
+    (``(Boundary.INPUT,)``: the cluster's gateway input) to ``dst`` (``(Boundary.OUTPUT,)``: the
+    cluster's output), through GMI kernel ``gmi`` (None: pairwise or point-to-point) configured by
     ``params``; ``port`` names the receivers' chain inputs (see the module docstring)."""
     index: int
     name: str
-    src: tuple          # instance names, or ("input",)
-    dst: tuple          # instance names, or ("output",)
+    src: tuple          # instance names, or (Boundary.INPUT,)
+    dst: tuple          # instance names, or (Boundary.OUTPUT,)
     gmi: object         # None or one of GMI_KINDS
     params: dict
     port: object = None  # None, a chain input name, or {layer or instance name: input name}
@@ -156,7 +168,7 @@ class Connection:
     def virtual(self):
         """Whether this is a GMI connection from ``input``, which becomes a virtual kernel
         inside the gateway rather than a GMI kernel of its own."""
-        return self.gmi is not None and self.src == ("input",)
+        return self.gmi is not None and self.src == (Boundary.INPUT,)
 
 
 class PortError(ValueError):
@@ -288,7 +300,7 @@ def _unknown_keys(obj, allowed, where):
 def _name(value, where):
     if not isinstance(value, str) or not _REF.match(value) or "[" in value:
         raise ConfigError(where, "must be a name (letters, digits, _ and -)", value=value)
-    if value in ("input", "output", "gateway"):
+    if value in (*Boundary, "gateway"):
         raise ConfigError(where, "is a reserved name", value=value)
     return value
 
@@ -300,7 +312,6 @@ def _load_json(path, what):
 # -- layer description ----------------------------------------------------------------------
 
 def _check_module(kind, params, where):
-    from .. import registry
     if kind not in registry.ACCELERATORS:
         raise ConfigError(f"{where}.kind", "unknown kernel kind; see `hwgen list` (e.g. "
                           + ", ".join(n for n in registry.ACCELERATORS if n.startswith("ibert"))
@@ -366,18 +377,18 @@ def parse_layers(obj, where="layers", base_dir=None):
         if not isinstance(cobj, dict):
             raise ConfigError(w, "must be an object")
         _unknown_keys(cobj, ("name", "from", "to", "gmi", "params", "port", "comment"), w)
-        src = refs(_need(cobj, "from", w), f"{w}.from", "input")
-        dst = refs(_need(cobj, "to", w), f"{w}.to", "output")
+        src = refs(_need(cobj, "from", w), f"{w}.from", Boundary.INPUT)
+        dst = refs(_need(cobj, "to", w), f"{w}.to", Boundary.OUTPUT)
         gmi = cobj.get("gmi")
         if gmi is not None and gmi not in GMI_KINDS:
             raise ConfigError(f"{w}.gmi", "must be one of " + ", ".join(GMI_KINDS), value=gmi)
         if gmi in FAN_OUT and len(src) != 1:
             raise ConfigError(f"{w}.from", f"a {gmi} has one sender", value=cobj["from"])
-        if gmi in FAN_IN and (len(dst) != 1 or dst == ("output",)):
+        if gmi in FAN_IN and (len(dst) != 1 or dst == (Boundary.OUTPUT,)):
             raise ConfigError(f"{w}.to", f"a {gmi} has one receiver kernel", value=cobj["to"])
-        if gmi in FAN_IN and src == ("input",):
+        if gmi in FAN_IN and src == (Boundary.INPUT,):
             raise ConfigError(f"{w}.from", f"a {gmi} needs several sender kernels")
-        if gmi in FAN_OUT and dst == ("output",):
+        if gmi in FAN_OUT and dst == (Boundary.OUTPUT,):
             raise ConfigError(f"{w}.to", f"a {gmi} needs several receiver kernels")
         if gmi is None and len(src) != len(dst) and 1 not in (len(src), len(dst)):
             raise ConfigError(f"{w}.to", f"{len(src)} senders and {len(dst)} receivers "
@@ -386,7 +397,8 @@ def parse_layers(obj, where="layers", base_dir=None):
             need = "broadcast or scatter" if len(src) == 1 else "gather or reduce"
             raise ConfigError(f"{w}.gmi", f"a fan-{'out' if len(src) == 1 else 'in'} of "
                               f"{len(src)} -> {len(dst)} kernels needs a GMI kernel ({need})")
-        if gmi is None and src == ("input",) and dst != ("output",) and len(dst) != 1:
+        if gmi is None and src == (Boundary.INPUT,) and dst != (Boundary.OUTPUT,) \
+                and len(dst) != 1:
             raise ConfigError(f"{w}.gmi", "input to several kernels needs a GMI kernel")
         default_name = f"{gmi}_{i}" if gmi else f"conn_{i}"
         name = _name(cobj.get("name", default_name), f"{w}.name")
@@ -436,8 +448,8 @@ def _parse_layer(lobj, w, seen, base_dir):
 
 
 def _refs(value, w, end, seen, instances):
-    """The kernels a connection's ``from``/``to`` at ``w`` names: ``(end,)`` (``input`` or
-    ``output``), or instances of the layers ``seen`` (a layer name: all its instances)."""
+    """The kernels a connection's ``from``/``to`` at ``w`` names: ``(end,)`` (a
+    :class:`Boundary`), or instances of the layers ``seen`` (a layer name: all its instances)."""
     items = value if isinstance(value, list) else [value]
     if not items:
         raise ConfigError(w, "names no kernel")
@@ -468,7 +480,7 @@ def _port(value, dst, where):
     """The ``port`` of a connection: None, an input name, or {receiver: input name}."""
     if value is None:
         return None
-    if dst == ("output",):
+    if dst == (Boundary.OUTPUT,):
         raise ConfigError(where, "`output` has no chain inputs", value=value)
     names = value.values() if isinstance(value, dict) else [value]
     for name in names:
@@ -597,7 +609,7 @@ def _cluster_output(cobj, w, layers):
                 raise ConfigError(f"{w}.output.{key}", f"must be in 0..{hi - 1}", value=v)
         if "ip" in output:
             _check_ip(output["ip"], f"{w}.output.ip")
-    elif any(c.dst == ("output",) for c in layers.connections):
+    elif any(c.dst == (Boundary.OUTPUT,) for c in layers.connections):
         raise ConfigError(f"{w}.output", "missing: the layers send to `output`")
     return output
 
@@ -606,7 +618,6 @@ def _parse_fpga(fobj, fw, fnames, ips):
     """The :class:`FPGA` of the FPGA object ``fobj`` at ``fw``; its name is added to
     ``fnames`` (the cluster's FPGA names) and its IP to ``ips`` (``{ip: where}``, all
     clusters)."""
-    from ..boards import board_names
     if not isinstance(fobj, dict):
         raise ConfigError(fw, "must be an object")
     _unknown_keys(fobj, ("name", "board", "ip", "kernels", "comment"), fw)

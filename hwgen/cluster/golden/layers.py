@@ -1,13 +1,13 @@
 """Golden model of a whole layer description, at the row level (pure numpy).
 
-:func:`run` evaluates a :class:`~hwgen.cluster.describe.LayerDescription` (the ``layers`` of a
+:func:`run` evaluates a :class:`~hwgen.cluster.spec.describe.LayerDescription` (the ``layers`` of a
 parsed cluster description) on one matrix of ``M`` input rows, the way the cluster computes it
 once every packet has arrived:
 
 * every compute kernel instance is its chain of modules evaluated with the chain's golden
-  model, :func:`hwgen.cluster.compute.propagate` (each module's registered ``StreamModel``
+  model, :func:`hwgen.cluster.golden.compute.propagate` (each module's registered ``StreamModel``
   fed the rows decoded from the one before, residual inputs ``i_<k>_id`` as given): exactly
-  what :class:`~hwgen.cluster.compute.KernelChain` is checked against;
+  what :class:`~hwgen.cluster.gateware.compute.KernelChain` is checked against;
 * a stream between kernels is one matrix: ``M`` rows (an int64 array ``(M, width)``; the
   attention scores and probabilities are rows of ``M`` elements); each instance takes one
   matrix per chain input and produces one;
@@ -22,7 +22,7 @@ once every packet has arrived:
   must fit its signed ``elem_bits`` (default 8);
 * ``port`` says which chain input a connection feeds (``Connection.port_of``); a connection
   without one feeds the receiver's single input left unfed by the others, as
-  :func:`hwgen.cluster.plan.kernel_plan` assigns them;
+  :func:`hwgen.cluster.plan.placement.kernel_plan` assigns them;
 * ``input`` is ``x``; the result is the rows of the one connection to ``output``.
 
 A description it cannot evaluate (an input fed twice or not at all, a cycle, no or several
@@ -33,13 +33,14 @@ The sequence length is free (the hardware's ``sequence_length`` is a build-time 
 kernels' ``max_len`` bounds it here too).
 """
 
-import numpy as np
 from amaranth.hdl import Shape
+import numpy as np
 
-from .. import registry
-from ..lib.row_ports import shape_range
-from .compute import chain_plan, decode_rows, propagate
-from .describe import PortError, assign_ports
+from ... import registry
+from ...lib.row_ports import shape_range
+from ..spec.compute import chain_plan
+from ..spec.describe import Boundary, PortError, assign_ports
+from .compute import decode_rows, propagate
 
 __all__ = ["LayerGoldenError", "run", "ports", "evaluate_chain"]
 
@@ -55,7 +56,7 @@ def _instances(layers):
 def ports(layers):
     """``{instance: {chain input name: connection}}`` of every compute kernel instance:
     connections with a ``port`` first, then each one without takes the single input left
-    (as :func:`hwgen.cluster.plan.kernel_plan`)."""
+    (as :func:`hwgen.cluster.plan.placement.kernel_plan`)."""
     plans = {inst: chain_plan(layer.modules) for inst, layer in _instances(layers).items()}
     out = {}
     for inst, plan in plans.items():
@@ -97,8 +98,8 @@ def _check_rows(rows, port, where):
 
 def evaluate_chain(modules, inputs, where="chain"):
     """The output rows (int64 ``(M, width)``) of a compute kernel's chain (``modules``, as
-    :func:`~hwgen.cluster.compute.chain_plan` takes them) on one matrix per chain input
-    (``{"i_0_x": rows, "i_1_id": rows}``), by :func:`~hwgen.cluster.compute.propagate`."""
+    :func:`~hwgen.cluster.spec.compute.chain_plan` takes them) on one matrix per chain input
+    (``{"i_0_x": rows, "i_1_id": rows}``), by :func:`~hwgen.cluster.golden.compute.propagate`."""
     plan = chain_plan(modules)
     first, extra = {}, {}
     for p in plan.inputs:
@@ -168,10 +169,10 @@ def run(layers, x, trace=None):
         raise LayerGoldenError("x must be a 2-D array (M rows)")
     instances = _instances(layers)
     fed = ports(layers)
-    outs = [c for c in layers.connections if c.dst == ("output",)]
+    outs = [c for c in layers.connections if c.dst == (Boundary.OUTPUT,)]
     if len(outs) != 1:
         raise LayerGoldenError(f"{len(outs)} connections reach `output`; run needs one")
-    values = {"input": x}
+    values = {Boundary.INPUT: x}
     pending = list(instances)
     while pending:
         ready = [i for i in pending
@@ -186,7 +187,7 @@ def run(layers, x, trace=None):
                 trace[inst] = values[inst]
             pending.remove(inst)
     c = outs[0]
-    if c.src == ("input",) or len(c.src) != 1:
+    if c.src == (Boundary.INPUT,) or len(c.src) != 1:
         raise LayerGoldenError(f"connections[{c.index}]: `output` needs one compute kernel "
                                "sending to it")
     return values[c.src[0]]

@@ -1,8 +1,8 @@
 """``cluster-router``: the per-FPGA router with two routing tables (paper sections 2.1, 4).
 
 Packets from the FPGA's kernels (``i_pkt``) are checked and buffered by a
-:class:`~hwgen.cluster.switch.PacketFilter`, then looked up in one of two routing tables held
-in on-chip memory (``amaranth.lib.memory``):
+:class:`~hwgen.cluster.gateware.switch.PacketFilter`, then looked up in one of two routing tables
+held in on-chip memory (``amaranth.lib.memory``):
 
 * kernel table: kernel id (TDEST of an intra-cluster packet) -> node address (32 bits, e.g. the
   IPv4 address of the FPGA holding the kernel) and a valid bit;
@@ -16,26 +16,21 @@ entry not (yet) valid are dropped and counted as ``unknown``, malformed packets 
 counted by kind; neither stalls later traffic.
 """
 
-from dataclasses import dataclass
-
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import Config, param
-from ..errors import ConfigError
-from ..flow.model import SimOption, StreamModel
-from .packet import INTER_CLUSTER_BIT, Packet, packet_layout, to_beats
-from .switch import COUNTER_BITS, DROP_KINDS, PacketFilter, status_name
-from .traffic import (StatusLines, counter_report, filter_golden, fuzz_stream, random_payload,
-                      sample_signals)
+from ...flow.model import SimOption, StreamModel
+from ..golden.traffic import (StatusLines, counter_report, filter_golden, fuzz_stream,
+                              random_payload, sample_signals)
+from ..spec.packet import INTER_CLUSTER_BIT, Packet, packet_layout, to_beats
+from ..spec.router import ADDR_BITS
+from ..spec.switch import COUNTER_BITS, DROP_KINDS, status_name
+from .switch import PacketFilter
 
-__all__ = ["RouterConfig", "Router", "RouterModel", "cfg_layout", "pack_cfg", "addr_layout",
-           "TEST_CONFIGS"]
-
-ADDR_BITS = 32
+__all__ = ["Router", "RouterModel", "cfg_layout", "pack_cfg", "addr_layout", "TEST_CONFIGS"]
 
 
 def cfg_layout():
@@ -56,32 +51,6 @@ def addr_layout():
     return data.StructLayout({"addr": ADDR_BITS})
 
 
-@dataclass(frozen=True)
-class RouterConfig(Config):
-    """Router parameters."""
-    data_bits: int = param(64, "TDATA width", choices=(64, 512))
-    members: int = param(8, "kernel table entries: kernel ids 0..members-1 of the cluster",
-                         lo=1, hi=256)
-    clusters: int = param(4, "cluster table entries: cluster ids 0..clusters-1", lo=1, hi=256)
-    length: int = param(64, "longest packet payload in bytes (longer packets are dropped "
-                            "as too-long)", lo=1, hi=65536)
-    node_address: int = param(0x0A000001, "this FPGA's node address (10.0.0.1)",
-                              lo=0, hi=(1 << ADDR_BITS) - 1)
-
-    @property
-    def max_beats(self):
-        """Beats of the longest packet accepted (``length`` bytes at ``data_bits``); longer
-        ones are dropped as too long."""
-        return -(-self.length // (self.data_bits // 8))
-
-    def check(self):
-        if self.max_beats > 4096:
-            raise ConfigError("length", "at most 4096 beats per packet", value=self.length)
-
-    def derived(self):
-        return {"max_beats": self.max_beats}
-
-
 class Router(wiring.Component):
     """Two-level routing of packets from local kernels to the kernel switch or the network.
 
@@ -100,9 +69,9 @@ class Router(wiring.Component):
         pushed when the packet's first beat leaves (a 4-entry FIFO; ``o_net`` waits while it
         is full)
     ``status_delivered``, ``status_dropped_<kind>`` : counters (32 bits) of routed packets
-        and of dropped packets per kind (:data:`~hwgen.cluster.switch.DROP_KINDS`).
+        and of dropped packets per kind (:data:`~hwgen.cluster.spec.switch.DROP_KINDS`).
 
-    Pipeline (:class:`~hwgen.cluster.switch.PacketFilter` with ``accept_latency`` = 1): the
+    Pipeline (:class:`~hwgen.cluster.gateware.switch.PacketFilter` with ``accept_latency`` = 1): the
     first beat's TDEST addresses both tables through synchronous read ports (the read data
     and the range checks are registered); the next cycle picks the entry and checks the
     packet; counters change two cycles after that (3 cycles after the TLAST beat entered).
@@ -202,7 +171,7 @@ class RouterModel(StatusLines, StreamModel):
     node (a gateway here). Traffic (``--items`` packets, payloads of 1..length bytes): kernel
     packets to valid, invalid and out-of-table ids, inter-cluster packets (with their header
     byte) to valid and invalid clusters; with ``fuzz`` = N, N packets of which ~30% are
-    malformed (every kind) or unknown (see :mod:`hwgen.cluster.traffic`). The last packet
+    malformed (every kind) or unknown (see :mod:`hwgen.cluster.golden.traffic`). The last packet
     always goes to another node, so the counters sampled at ``o_net``'s last TLAST are final.
     """
 
@@ -276,7 +245,7 @@ class RouterModel(StatusLines, StreamModel):
 
     @staticmethod
     def golden(config, stim):
-        """``(passed, counts)`` of :func:`~hwgen.cluster.traffic.filter_golden` over the
+        """``(passed, counts)`` of :func:`~hwgen.cluster.golden.traffic.filter_golden` over the
         stimulus beats, the destination node looked up in ``ctab`` for inter-cluster packets and in
         ``ktab`` otherwise (the node address is each passed packet's ``info``)."""
         c = config
@@ -289,7 +258,7 @@ class RouterModel(StatusLines, StreamModel):
 
     @classmethod
     def expect(cls, config, stim):
-        """The packets :meth:`golden` passes (:func:`~hwgen.cluster.traffic.filter_golden`,
+        """The packets :meth:`golden` passes (:func:`~hwgen.cluster.golden.traffic.filter_golden`,
         destination looked up in ``ctab`` if inter-cluster, else ``ktab``), in order: those for
         ``node_address`` on ``o_local``, the others on ``o_net`` with one ``o_addr`` beat (``addr``)
         per packet."""

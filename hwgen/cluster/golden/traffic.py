@@ -1,19 +1,20 @@
 """Packet traffic for the router and gateway tests: good packets mixed with malformed ones
-(every kind of :data:`hwgen.cluster.packet.MALFORMED_KINDS` and unknown destinations), and the
-golden bookkeeping of what a :class:`~hwgen.cluster.switch.PacketFilter` drops and passes.
+(every kind of :data:`hwgen.cluster.spec.packet.MALFORMED_KINDS` and unknown destinations), and the
+golden bookkeeping of what a :class:`~hwgen.cluster.gateware.switch.PacketFilter` drops and passes.
 
 The expected outcome of every beat group is never taken from how it was generated: it is
-recomputed by :func:`hwgen.cluster.packet.classify` on the beat stream as the hardware sees it
+recomputed by :func:`hwgen.cluster.spec.packet.classify` on the beat stream as the hardware sees it
 (split at TLAST), then the destination check.
 """
 
 import numpy as np
 
-from .packet import INTER_CLUSTER_BIT, MALFORMED_KINDS, classify, split_packets
-from .switch import DROP_KINDS, status_name
+from ..spec.packet import INTER_CLUSTER_BIT, MALFORMED_KINDS, classify, split_packets
+from ..spec.switch import DROP_KINDS, status_name
 
 __all__ = ["malform", "fuzz_stream", "filter_golden", "counter_report", "status_lines",
            "StatusLines", "FUZZ_KINDS"]
+
 
 #: What the fuzzer makes: the malformations plus a well-formed packet to an unknown
 #: destination (``make_unknown``).
@@ -89,7 +90,8 @@ def filter_golden(beats, data_bits, max_beats, lookup):
     """What a :class:`PacketFilter` does with a beat stream: ``(passed, counts)``, where
     ``passed`` is a list of ``(beat list, info)`` for delivered packets (``lookup(first beat)``
     returns ``None`` for an unknown destination, else the packet's ``info``) and ``counts``
-    maps ``delivered`` and every kind of :data:`~hwgen.cluster.switch.DROP_KINDS` to a count."""
+    maps ``delivered`` and every kind of :data:`~hwgen.cluster.spec.switch.DROP_KINDS` to a
+    count."""
     counts = {"delivered": 0, **{k: 0 for k in DROP_KINDS}}
     passed = []
     for group in split_packets(beats):
@@ -106,16 +108,16 @@ def filter_golden(beats, data_bits, max_beats, lookup):
 
 
 def sample_signals():
-    """Names of a :class:`~hwgen.cluster.switch.PacketFilter`'s counter outputs
+    """Names of a :class:`~hwgen.cluster.gateware.switch.PacketFilter`'s counter outputs
     (``status_delivered`` and one drop counter per kind of
-    :data:`~hwgen.cluster.switch.DROP_KINDS`), for a model's ``sample_signals``."""
+    :data:`~hwgen.cluster.spec.switch.DROP_KINDS`), for a model's ``sample_signals``."""
     return ("status_delivered",) + tuple(status_name(k) for k in DROP_KINDS)
 
 
 def counter_report(expected_counts, summary, samples, names=None):
     """Model ``report``: the counters sampled after the result port's last TLAST against the
     golden counts (``names`` maps a count's key to its signal; default the
-    :class:`~hwgen.cluster.switch.PacketFilter` counters); a difference adds to
+    :class:`~hwgen.cluster.gateware.switch.PacketFilter` counters); a difference adds to
     ``mismatches`` (so ``hwgen sim`` fails)."""
     names = names or {"delivered": "status_delivered",
                       **{k: status_name(k) for k in DROP_KINDS}}

@@ -4,87 +4,21 @@
     N packet inputs to M packet outputs, routed by TDEST through a fixed map (kernel id ->
     output port), packet-atomic round-robin arbitration per output.
 :class:`PacketFilter`
-    Store-and-forward packet buffer that checks every packet as :func:`hwgen.cluster.packet.
+    Store-and-forward packet buffer that checks every packet as :func:`hwgen.cluster.spec.packet.
     classify` does (plus an optional destination check of its first beat) and drops and
     counts malformed ones; used by the router and the gateway's packet decoder.
 """
-
-from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import Config, Record, param
-from ..errors import ConfigError
-from ..flow.model import StreamModel
-from .packet import INTER_CLUSTER_BIT, MALFORMED_KINDS, packet_layout
+from ...flow.model import StreamModel
+from ..spec.packet import INTER_CLUSTER_BIT, Packet, packet_layout, to_beats
+from ..spec.switch import COUNTER_BITS, DROP_KINDS, status_name
 
-__all__ = ["SwitchConfig", "KernelSwitch", "PacketFilter", "DROP_KINDS", "COUNTER_BITS",
-           "status_name", "parse_routes", "Route"]
-
-#: Kinds of dropped packets counted by :class:`PacketFilter`: the malformations of
-#: :func:`~hwgen.cluster.packet.classify`, then ``unknown`` (well-formed, destination not
-#: configured).
-DROP_KINDS = MALFORMED_KINDS + ("unknown",)
-COUNTER_BITS = 32
-
-
-def status_name(kind):
-    """Output signal name of the drop counter of ``kind`` (``status_dropped_bad_keep``)."""
-    return "status_dropped_" + kind.replace("-", "_")
-
-
-@dataclass(frozen=True)
-class Route(Record):
-    """One entry of :attr:`SwitchConfig.routes`: packets for ``kernel`` leave on ``port``."""
-    kernel: int
-    port: int
-
-    def check(self):
-        if not all(isinstance(v, int) and not isinstance(v, bool)
-                   for v in (self.kernel, self.port)):
-            raise ValueError("kernel and port must be integers")
-        if not 0 <= self.kernel < 256 or self.port < 0:
-            raise ValueError("kernel ids are 0..255, ports from 0")
-
-
-def parse_routes(text):
-    """``"3:0,4:1"`` (the ``--set`` form) -> ``(Route(3, 0), Route(4, 1))``."""
-    out = []
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        key, sep, val = item.partition(":")
-        if not sep:
-            raise ValueError(f"{item!r} is not 'id:port'")
-        out.append(Route(int(key, 0), int(val, 0)))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class SwitchConfig(Config):
-    """Kernel switch parameters (ids are 8-bit TDEST values)."""
-    data_bits: int = param(64, "TDATA width", choices=(64, 512))
-    inputs: int = param(2, "packet input ports", lo=1, hi=32)
-    outputs: int = param(2, "packet output ports", lo=1, hi=32)
-    routes: tuple = param((), "kernel id -> output port, [{kernel, port}, ...] ('id:port,...' "
-                              "with --set; default: id % outputs)", item=Route,
-                          parse=parse_routes)
-    drop_unmapped: bool = param(True, "consume packets whose TDEST is not in routes "
-                                      "(False: they go to port 0)")
-
-    def check(self):
-        for k, route in enumerate(self.routes):
-            if route.port >= self.outputs:
-                raise ConfigError(f"routes[{k}]", f"ports are 0..{self.outputs - 1}",
-                                  value=route.to_json())
-
-    @property
-    def route_map(self):
-        """``{kernel id: output port}``: ``routes``, or ``id % outputs`` for every id 0..255
-        when ``routes`` is empty."""
-        return {r.kernel: r.port for r in self.routes} if self.routes else \
-            {k: k % self.outputs for k in range(256)}
+__all__ = ["KernelSwitch", "PacketFilter"]
 
 
 class KernelSwitch(wiring.Component):
@@ -191,7 +125,7 @@ class PacketFilter(wiring.Component):
     cycle (``accept`` registers its inputs every cycle, unconditionally, e.g. a synchronous
     read port of a table addressed by ``beat.dest``, so memory read data feeds a register).
 
-    Checks (as :func:`hwgen.cluster.packet.classify` with ``max_beats``, first failing beat
+    Checks (as :func:`hwgen.cluster.spec.packet.classify` with ``max_beats``, first failing beat
     decides, in that order): TKEEP = 0 (``zero-length``); TKEEP not ``2**n - 1`` or not all
     ones before TLAST (``bad-keep``); TDEST/TID/TUSER differing from the first beat's
     (``tlast-missing``); beat index >= ``max_beats`` (``too-long``); at TLAST, an
@@ -400,7 +334,6 @@ class SwitchModel(StreamModel):
 
     @staticmethod
     def stimulus(config, items, rng, length=40):
-        from .packet import Packet
         c = config
         mapped = sorted(c.route_map)
         unmapped = [k for k in range(256) if k not in c.route_map]
@@ -425,7 +358,6 @@ class SwitchModel(StreamModel):
 
     @classmethod
     def inputs(cls, config, stim):
-        from .packet import to_beats
         return {name: [b for p in packets for b in to_beats(p, config.data_bits)]
                 for name, packets in zip(cls._names(config, "i"), stim["packets"])}
 
@@ -444,7 +376,6 @@ class SwitchModel(StreamModel):
 
     @classmethod
     def expect(cls, config, stim):
-        from .packet import to_beats
         return {name: [b for k in sorted(by_in) for p in by_in[k]
                        for b in to_beats(p, config.data_bits)]
                 for name, by_in in cls.routed(config, stim).items()}

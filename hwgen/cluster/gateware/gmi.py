@@ -1,10 +1,10 @@
 """GMI collective kernels: Broadcast, Scatter, Gather, Reduce (multi-FPGA I-BERT paper, section 5).
 
 Each kernel is a Galapagos kernel of its own (a kernel id in the cluster) with one packet input
-``i_pkt`` and one packet output ``o_pkt`` (:func:`hwgen.cluster.packet.packet_layout`). The
+``i_pkt`` and one packet output ``o_pkt`` (:func:`hwgen.cluster.spec.packet.packet_layout`). The
 group is the ``members`` kernels ``first_member .. first_member + members - 1``; member ``i``
 is MPI rank ``i``. Semantics, drop rules and status counters are those of
-:func:`hwgen.cluster.golden.collective_stream`:
+:func:`hwgen.cluster.golden.collectives.collective_stream`:
 
 * **Broadcast**: a message of ``length`` elements from any source is sent to every member,
   in member order (TDEST = member id).
@@ -24,132 +24,28 @@ the first beat). Everything sent has TID = ``kernel_id`` and TUSER = ``cluster_i
 and TUSER are not looked at (the kernel switch already routed the packet here).
 """
 
-from dataclasses import dataclass
-
-import numpy as np
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
+import numpy as np
 
-from ..config import Config, param
-from ..errors import ConfigError
-from ..flow.model import StreamModel
-from ..lib.intmath import ceil_div
-from . import golden
-from .describe import GmiKind
-from .packet import Packet, packet_layout, to_beats, from_beats, split_packets
-from .traffic import StatusLines
+from ...errors import ConfigError
+from ...flow.model import StreamModel
+from ...lib.intmath import ceil_div
+from ..golden import collectives as golden
+from ..golden.traffic import StatusLines
+from ..spec.describe import GmiKind
+from ..spec.gmi import GMIConfig
+from ..spec.packet import Packet, from_beats, packet_layout, split_packets, to_beats
 
-__all__ = ["GMIConfig", "Broadcast", "Scatter", "Gather", "Reduce", "gmi_component",
-           "KINDS", "STATUS_PORTS", "BroadcastModel", "ScatterModel", "GatherModel",
-           "ReduceModel", "TEST_CONFIGS"]
+__all__ = ["Broadcast", "Scatter", "Gather", "Reduce", "gmi_component", "KINDS", "STATUS_PORTS",
+           "BroadcastModel", "ScatterModel", "GatherModel", "ReduceModel", "TEST_CONFIGS"]
+
 
 KINDS = golden.KINDS
-#: Status outputs (32-bit counters), in the order of :data:`hwgen.cluster.golden.STATUS`.
+#: Status outputs (32-bit counters), in the order of
+#: :data:`hwgen.cluster.golden.collectives.STATUS`.
 STATUS_PORTS = tuple(f"stat_{name}" for name in golden.STATUS)
-
-MAX_BUFFER_BITS = 1 << 22
-
-
-@dataclass(frozen=True)
-class GMIConfig(Config):
-    """Configuration of a GMI collective kernel (:class:`Broadcast`, :class:`Scatter`,
-    :class:`Gather`, :class:`Reduce`; one configuration serves all four): the group
-    (``members`` kernel ids from ``first_member``), the message size (``length`` elements of
-    ``elem_bits``), the reduce ``op``, the packet width ``data_bits``, the ids the kernel
-    sends with (``kernel_id``, ``cluster_id``, ``root``) and the rounds it buffers
-    (``depth``)."""
-    members: int = param(4, "group size: member kernel ids first_member .. first_member + "
-                         "members - 1 (MPI ranks 0 .. members - 1)", lo=1, hi=255)
-    length: int = param(16, "elements per member message (scatter's input is members * "
-                        "length elements, gather's output the same)", lo=1, hi=4096)
-    elem_bits: int = param(8, "bits of an element (signed, little-endian)", choices=(8, 16, 32))
-    op: str = param("sum", "reduce operation: sum (wraps around modulo 2**elem_bits) or max "
-                    "(signed)", choices=golden.OPS)
-    data_bits: int = param(64, "TDATA bits of the packet streams", choices=(64, 512))
-    kernel_id: int = param(5, "this GMI kernel's own kernel id (TID of what it sends)",
-                           lo=0, hi=255)
-    first_member: int = param(1, "kernel id of member (rank) 0", lo=0, hi=255)
-    root: int = param(0, "kernel id receiving gather/reduce results", lo=0, hi=255)
-    cluster_id: int = param(0, "this cluster's id, sent in TUSER bits 15:8", lo=0, hi=255)
-    depth: int = param(2, "rounds buffered (a member may run this many rounds ahead of the "
-                       "oldest incomplete round; a round waits here while being sent)",
-                       lo=1, hi=4096)
-
-    def check(self):
-        last = self.first_member + self.members - 1
-        if last > 255:
-            raise ConfigError("members", f"member ids {self.first_member}..{last} must be "
-                              "kernel ids <= 255 (first_member + members - 1)",
-                              value=self.members)
-        for kind in KINDS:
-            bits = self.buffer_bits(kind)
-            if bits > MAX_BUFFER_BITS:
-                raise ConfigError("length", f"buffer of {kind} would need {bits} bits "
-                                  f"(depth x members x length x elem_bits); at most "
-                                  f"{MAX_BUFFER_BITS}", value=self.length)
-
-    @property
-    def member_ids(self):
-        """Kernel ids of the members in rank order (``first_member .. first_member + members
-        - 1``)."""
-        return list(range(self.first_member, self.first_member + self.members))
-
-    @property
-    def lanes(self):
-        """Elements per beat."""
-        return self.data_bits // self.elem_bits
-
-    def geometry(self, kind):
-        """Sizes of ``kind``'s datapath: ``in_elems`` per arriving message, ``in_beats`` per
-        message, ``slots`` (messages per round), ``out_elems``/``out_beats`` per sent packet,
-        ``out_packets`` per round, ``rows`` (buffer words per round and lane bank)."""
-        L, M, n = self.lanes, self.members, self.length
-        in_elems = M * n if kind == "scatter" else n
-        out_elems = M * n if kind == "gather" else n
-        in_beats = ceil_div(in_elems, L)
-        slots = M if GmiKind(kind).fan_in else 1
-        rows = {"broadcast": in_beats, "scatter": in_beats, "gather": ceil_div(M * n, L),
-                "reduce": M * in_beats}[kind]
-        return {"in_elems": in_elems, "in_beats": in_beats, "slots": slots,
-                "out_elems": out_elems, "out_beats": ceil_div(out_elems, L),
-                "out_packets": M if GmiKind(kind).fan_out else 1, "rows": rows}
-
-    def buffer_bits(self, kind):
-        """Bits of round buffer that kernel ``kind`` needs: ``depth`` rounds of
-        ``geometry(kind)["rows"]`` words of ``data_bits``."""
-        return self.depth * self.geometry(kind)["rows"] * self.data_bits
-
-    def round_cycles(self, kind):
-        """Steady-state cycles per round with an always-ready output and inputs back to back:
-        the larger of the input beats of a round and the output engine's cycles (one per
-        output beat; ``members`` per output beat for reduce, which reads each member's word),
-        plus the output engine's restart cycle between rounds. For ``depth >= 2``; with
-        ``depth = 1`` a round's input waits for the previous round's output to be read."""
-        g = self.geometry(kind)
-        inp = g["slots"] * g["in_beats"]
-        out = self.members * g["in_beats"] if kind == "reduce" else \
-            g["out_packets"] * g["out_beats"]
-        return max(inp, out + 1)
-
-    def cycles(self, kind, rounds):
-        """Cycles from the first input beat to the last output beat for ``rounds`` rounds
-        whose packets arrive back to back round by round (members in order, ``hwgen sim
-        --stall 0`` with ``interleave=False``), for ``depth >= 2``: the output of a round
-        starts 3 cycles after its last input beat, and rounds follow each other at the
-        input's pace or at the output engine's (``out + 1`` cycles), whichever is slower."""
-        if self.depth < 2:
-            return None
-        g = self.geometry(kind)
-        inp = g["slots"] * g["in_beats"]
-        out = self.members * g["in_beats"] if kind == "reduce" else \
-            g["out_packets"] * g["out_beats"]
-        return max(rounds * inp + out + 3, inp + rounds * (out + 1) + 2)
-
-    def derived(self):
-        return {kind: {**self.geometry(kind), "buffer_bits": self.buffer_bits(kind),
-                       "round_cycles": self.round_cycles(kind)} for kind in KINDS}
-
 
 def _rotl(value, amount, width):
     """Rotate ``value`` (``width`` bits) left by ``amount`` bits (a Value < width)."""
@@ -475,7 +371,7 @@ _DOC_COMMON = """
         on the last beat of a packet; bytes past TKEEP are zero.
     stat_rounds, stat_drop_source, stat_drop_length, stat_drop_overrun : ``Out(32)``
         Rounds sent (counted when the last word of the round is read from the buffer) and
-        dropped packets by reason (see :func:`hwgen.cluster.golden.collective_stream`).
+        dropped packets by reason (see :func:`hwgen.cluster.golden.collectives.collective_stream`).
 
     Timing
     ------
@@ -644,8 +540,8 @@ class _GMIModel(StatusLines, StreamModel):
 
     @staticmethod
     def inputs(config, stim):
-        """``i_pkt``: ``stim["packets"]`` in order as :func:`~hwgen.cluster.packet.to_beats` beats,
-        ``last`` on each packet's final beat."""
+        """``i_pkt``: ``stim["packets"]`` in order as :func:`~hwgen.cluster.spec.packet.to_beats`
+        beats, ``last`` on each packet's final beat."""
         beats = []
         for p in stim["packets"]:
             beats += to_beats(p, config.data_bits)
@@ -654,14 +550,15 @@ class _GMIModel(StatusLines, StreamModel):
     @classmethod
     def golden(cls, config, stim):
         """``(packets sent, status counters)`` of
-        :func:`hwgen.cluster.golden.collective_stream` for this model's ``kind`` over the
-        stimulus packets; the counters include ``rounds`` (rounds completed)."""
+        :func:`hwgen.cluster.golden.collectives.collective_stream` for this model's ``kind`` over
+        the stimulus packets; the counters include ``rounds`` (rounds completed)."""
         return golden.collective_stream(cls.kind, config, stim["packets"])
 
     @classmethod
     def expect(cls, config, stim):
-        """``o_pkt``: the packets :func:`hwgen.cluster.golden.collective_stream` sends for ``kind``
-        (:meth:`golden`), in order, as :func:`~hwgen.cluster.packet.to_beats` beats."""
+        """``o_pkt``: the packets :func:`hwgen.cluster.golden.collectives.collective_stream` sends
+        for ``kind`` (:meth:`golden`), in order, as :func:`~hwgen.cluster.spec.packet.to_beats`
+        beats."""
         out, _ = cls.golden(config, stim)
         beats = []
         for p in out:

@@ -1,26 +1,29 @@
 """Packets and beats that pass each FPGA's router for one sentence of M tokens.
 
 Every packet a kernel of an FPGA sends, to another FPGA or to a kernel of its own, goes through
-that FPGA's one output switch and router (:class:`hwgen.cluster.top.FPGATop`), one beat per
+that FPGA's one output switch and router (:class:`hwgen.cluster.gateware.top.FPGATop`), one beat per
 cycle, store-and-forward (a packet leaves ``beats + 2`` cycles after its first beat entered,
-:class:`hwgen.cluster.router.Router`). So the beats an FPGA sends per sentence bound from below
-the cycles its router is busy, whatever the kernels' speed: a term the kernels' cycle model
-(:func:`hwgen.cluster.latency.encoder_timing`) does not have. Counted from the plan:
+:class:`hwgen.cluster.gateware.router.Router`). So the beats an FPGA sends per sentence bound from
+below the cycles its router is busy, whatever the kernels' speed: a term the kernels' cycle model
+(:func:`hwgen.cluster.plan.latency.encoder_timing`) does not have. Counted from the plan:
 
-* a compute kernel: its :class:`~hwgen.cluster.adapter.RowToPackets` rows (M per sentence, or
-  one matrix for kernels whose output is one matrix per sentence), each split into packets of
+* a compute kernel: its :class:`~hwgen.cluster.gateware.adapter.RowToPackets` rows (M per sentence,
+  or one matrix for kernels whose output is one matrix per sentence), each split into packets of
   at most ``max_packet_bytes``;
 * a GMI kernel: per round (one per token) ``out_packets`` packets of ``out_beats`` beats
-  (:meth:`~hwgen.cluster.gmi.GMIConfig.geometry`); the gateway's virtual GMI kernels the same,
+  (:meth:`~hwgen.cluster.spec.gmi.GMIConfig.geometry`); the gateway's virtual GMI kernels the same,
   on the gateway's FPGA.
 
 Header bytes of inter-cluster packets are left out (one byte per packet).
 """
 
-from ..lib.intmath import ceil_div
+from dataclasses import replace
 
-__all__ = ["router_load", "packet_beats", "packet_sizes", "description_load",
-           "description_plans"]
+from ...lib.intmath import ceil_div
+from ..spec import describe as D
+from .placement import fpga_plan, plan
+
+__all__ = ["router_load", "packet_beats", "packet_sizes", "description_load", "description_plans"]
 
 
 def packet_sizes(nbytes, max_packet_bytes, data_bits):
@@ -41,7 +44,7 @@ def packet_beats(nbytes, max_packet_bytes, data_bits):
 
 def router_load(fpga_plans, m):
     """``{top name: {"packets", "beats", "kernels": {kernel id: (packets, beats)}}}`` per
-    sentence of ``m`` tokens for :class:`~hwgen.cluster.plan.FPGAPlan` s built with their
+    sentence of ``m`` tokens for :class:`~hwgen.cluster.plan.placement.FPGAPlan` s built with their
     kernels inside."""
     out = {}
     for fp in fpga_plans:
@@ -65,12 +68,9 @@ def router_load(fpga_plans, m):
 
 
 def description_plans(description, m):
-    """``(plans, fpga_plans)``: the :func:`~hwgen.cluster.plan.plan` of ``description`` (a
-    name, path or :class:`~hwgen.cluster.describe.Description`) built for ``m`` tokens, and
-    the :class:`~hwgen.cluster.plan.FPGAPlan` s of its first cluster."""
-    from dataclasses import replace
-    from . import describe as D
-    from .plan import fpga_plan, plan
+    """``(plans, fpga_plans)``: the :func:`~hwgen.cluster.plan.placement.plan` of ``description`` (a
+    name, path or :class:`~hwgen.cluster.spec.describe.Description`) built for ``m`` tokens, and
+    the :class:`~hwgen.cluster.plan.placement.FPGAPlan` s of its first cluster."""
     desc = description if isinstance(description, D.Description) else D.load(description)
     desc = replace(desc, sequence_length=m)
     plans = plan(desc)

@@ -30,14 +30,16 @@ their sender sent them (lock-step mode), in :attr:`NetworkHub.host_received`. In
 the run ends once the host has ``expect_frames`` frames.
 """
 
+from dataclasses import dataclass, field
 import heapq
 import json
+from pathlib import Path
 import random
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+
+from ...flow.verilator import run_testbench
 
 __all__ = ["NetworkHub", "Host", "NodeRun", "run_cluster"]
 
@@ -256,7 +258,6 @@ def run_cluster(nodes, run_dir, *, latency_s=0.0, loss=0.0, seed=1, settle_s=1.5
     source and destination node address, sequence number, beats, the sender's cycle (lock-step
     mode, else None) and the first beat's TDEST and TID (destination and source kernel).
     """
-    from ..flow.verilator import run_testbench
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

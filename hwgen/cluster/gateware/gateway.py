@@ -2,18 +2,18 @@
 
 Inter-cluster packets arriving from the network pass, in order:
 
-1. **packet decoder**: a :class:`~hwgen.cluster.switch.PacketFilter` (drops and counts
+1. **packet decoder**: a :class:`~hwgen.cluster.gateware.switch.PacketFilter` (drops and counts
    malformed packets, and ``unknown`` ones: not inter-cluster, TDEST not this cluster, or a
    header byte that is neither a local kernel nor a virtual kernel) followed by a
-   :class:`~hwgen.cluster.header.HeaderStripper` (TDEST := header byte, header removed);
-2. an AXI-Stream **switch** (:class:`~hwgen.cluster.switch.KernelSwitch`, one input): virtual
-   kernel ids to their GMI kernels, local kernel ids to the forwarding path;
-3. **virtual GMI kernels** (:func:`hwgen.cluster.gmi.gmi_component`, one per entry of
+   :class:`~hwgen.cluster.gateware.header.HeaderStripper` (TDEST := header byte, header removed);
+2. an AXI-Stream **switch** (:class:`~hwgen.cluster.gateware.switch.KernelSwitch`, one input):
+   virtual kernel ids to their GMI kernels, local kernel ids to the forwarding path;
+3. **virtual GMI kernels** (:func:`hwgen.cluster.gateware.gmi.gmi_component`, one per entry of
    ``virtual``) whose members are the local kernels ``1 .. members``, and the **forwarding
    module** for point-to-point traffic.
 
-The cluster plan (:func:`hwgen.cluster.plan.gateway_config`, for the builder's tops in
-:mod:`hwgen.cluster.top`) describes the cluster as it was assigned through the optional
+The cluster plan (:func:`hwgen.cluster.plan.placement.gateway_config`, for the builder's tops in
+:mod:`hwgen.cluster.gateware.top`) describes the cluster as it was assigned through the optional
 parameters ``local_ids`` (the kernel ids reachable point to point, any set), ``groups`` (each
 virtual kernel's kind, id and member ids, which need not be contiguous: a fan-out kernel then
 addresses ranks ``0 .. n-1`` and a TDEST remapper after it turns rank ``i`` into member
@@ -21,227 +21,23 @@ addresses ranks ``0 .. n-1`` and a TDEST remapper after it turns rank ``i`` into
 they change nothing.
 """
 
-from dataclasses import dataclass
-
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import Config, Record, param
-from ..errors import ConfigError
-from ..flow.model import SimOption, StreamModel
-from . import golden as gmi_golden
-from .describe import GmiKind
+from ...flow.model import SimOption, StreamModel
+from ..golden import collectives as gmi_golden
+from ..golden.traffic import StatusLines, counter_report, filter_golden, fuzz_stream, random_payload
+from ..spec.describe import GmiKind
+from ..spec.gateway import GMI_DROPS
+from ..spec.packet import (INTER_CLUSTER_BIT, Packet, attach_header, from_beats, packet_layout,
+                           strip_header, to_beats)
+from ..spec.switch import COUNTER_BITS, DROP_KINDS, SwitchConfig, status_name
+from .gmi import BroadcastModel, GatherModel, ReduceModel, ScatterModel, gmi_component
 from .header import HeaderStripper
-from .packet import INTER_CLUSTER_BIT, Packet, attach_header, from_beats, packet_layout, \
-    strip_header, to_beats
-from .switch import COUNTER_BITS, DROP_KINDS, KernelSwitch, PacketFilter, SwitchConfig, \
-    status_name
-from .traffic import StatusLines, counter_report, filter_golden, fuzz_stream, random_payload
+from .switch import KernelSwitch, PacketFilter
 
-__all__ = ["GatewayConfig", "GmiGroup", "parse_groups", "Gateway", "GatewayModel",
-           "TEST_CONFIGS", "GMI_DROPS"]
-
-#: GMI kernel counters compared with the golden model (``rounds`` lags behind output
-#: backpressure, so it is reported but not sampled as final).
-GMI_DROPS = ("drop_source", "drop_length", "drop_overrun")
-
-
-def _parse_ids(text):
-    """``'1-3,28'`` -> ``(1, 2, 3, 28)``: ids and inclusive ranges (ValueError)."""
-    out = []
-    for part in filter(None, (t.strip() for t in text.split(","))):
-        lo, _, hi = part.partition("-")
-        out += range(int(lo), int(hi or lo) + 1)
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class GmiGroup(Record):
-    """One virtual GMI kernel of the gateway: its ``kind``, kernel ``id`` and ``members``
-    (kernel ids in rank order)."""
-    kind: str
-    id: int
-    members: tuple
-
-    def check(self):
-        if self.kind not in gmi_golden.KINDS:
-            raise ValueError("kinds are " + ", ".join(gmi_golden.KINDS))
-        if not isinstance(self.id, int) or not 1 <= self.id <= 255:
-            raise ValueError("a virtual kernel id is in 1..255")
-        ids = self.members
-        if not ids or any(not isinstance(i, int) or not 0 <= i <= 255 for i in ids) \
-                or len(set(ids)) != len(ids):
-            raise ValueError("members are distinct ids 0..255, at least one")
-
-    @classmethod
-    def parse(cls, item):
-        """``'broadcast@39:1-3,28'`` -> ``GmiGroup('broadcast', 39, (1, 2, 3, 28))``."""
-        head, sep, members = item.strip().partition(":")
-        kind, at, kid = head.partition("@")
-        if not sep or not at:
-            raise ValueError(f"{item!r} is not 'kind@id:a-b,c,...'")
-        return cls(kind.strip(), int(kid), _parse_ids(members))
-
-
-def parse_groups(text):
-    """The text form of :attr:`GatewayConfig.groups`: ``'kind@id:a-b,c;...'``."""
-    return tuple(GmiGroup.parse(item) for item in text.split(";") if item.strip())
-
-
-def _parse_kinds(text):
-    return tuple(k.strip() for k in text.split(",") if k.strip())
-
-
-@dataclass(frozen=True)
-class GatewayConfig(Config):
-    """Gateway kernel parameters."""
-    data_bits: int = param(64, "TDATA width", choices=(64, 512))
-    members: int = param(4, "members of the virtual GMI kernels: local kernels 1..members",
-                         lo=1, hi=200)
-    length: int = param(16, "elements per member message of the GMI kernels", lo=1, hi=4096)
-    elem_bits: int = param(8, "GMI element bits", choices=(8, 16, 32))
-    op: str = param("sum", "reduce operation", choices=("sum", "max"))
-    kernels: int = param(0, "local kernels 1..kernels reachable point to point "
-                            "(0: as many as members)", lo=0, hi=250)
-    virtual: tuple = param(("broadcast", "scatter", "gather", "reduce"),
-                           "virtual GMI kernels, in id order after the local kernels "
-                           "(--set: 'broadcast,scatter')", item=str,
-                           choices=gmi_golden.KINDS, parse=_parse_kinds)
-    cluster_id: int = param(0, "this cluster's id", lo=0, hi=255)
-    depth: int = param(2, "rounds buffered per GMI kernel", lo=1, hi=4096)
-    local_ids: tuple = param((), "kernel ids reachable point to point (default: 1..kernels; "
-                                 "--set: 'a-b,c,...')", item=int, lo=1, hi=255,
-                             parse=_parse_ids)
-    groups: tuple = param((), "virtual GMI kernels, [{kind, id, members}, ...] (--set: "
-                              "'kind@id:a-b,c;...'; default: `virtual`, ids after the local "
-                              "kernels, members 1..members); overrides virtual and members",
-                          item=GmiGroup, parse=parse_groups)
-    max_bytes: int = param(0, "longest point-to-point payload accepted, header excluded "
-                              "(0: the largest GMI message)", lo=0, hi=65535)
-
-    def check(self):
-        if len(set(self.local_ids)) != len(self.local_ids):
-            raise ConfigError("local_ids", "each id at most once", value=list(self.local_ids))
-        local = self.local_list
-        if self.groups:
-            self._check_groups(local)
-            return
-        kinds = self.virtual_kinds
-        if len(set(kinds)) != len(kinds):
-            raise ConfigError("virtual", "each kind at most once", value=list(self.virtual))
-        if self.kernels and self.kernels < self.members:
-            raise ConfigError("kernels", f"must be 0 or >= members ({self.members})",
-                              value=self.kernels)
-        if self.local_kernels + len(kinds) > 255:
-            raise ConfigError("kernels", "local plus virtual kernel ids must fit in 1..255",
-                              value=self.kernels)
-        if kinds:
-            self.gmi_config(kinds[0])       # raises for oversize buffers
-
-    def _check_groups(self, local):
-        seen = set(local)
-        kinds = []
-        for k, group in enumerate(self.groups):
-            where = f"groups[{k}]"
-            if group.kind in kinds:
-                raise ConfigError(where, f"each kind at most once ({group.kind} twice)",
-                                  value=group.to_json())
-            kinds.append(group.kind)
-            if group.id in seen:
-                raise ConfigError(where, f"id {group.id} is already a local or virtual kernel",
-                                  value=group.to_json())
-            seen.add(group.id)
-            m = list(group.members)
-            if GmiKind(group.kind).fan_in and m != list(range(m[0], m[0] + len(m))):
-                raise ConfigError(where, f"{group.kind} members must be contiguous ids",
-                                  value=group.to_json())
-        for kind in kinds:
-            self.gmi_config(kind)           # raises for oversize buffers
-
-    @property
-    def local_list(self):
-        """Kernel ids reachable point to point (sorted)."""
-        if self.local_ids:
-            return sorted(self.local_ids)
-        return list(range(1, self.local_kernels + 1))
-
-    @property
-    def _groups(self):
-        if self.groups:
-            return [(g.kind, g.id, list(g.members)) for g in self.groups]
-        return [(kind, self.local_kernels + 1 + j, list(range(1, self.members + 1)))
-                for j, kind in enumerate(self.virtual)]
-
-    @property
-    def virtual_kinds(self):
-        """The virtual GMI kernels' kinds, in kernel-id order (from ``groups``, else
-        ``virtual``)."""
-        return [g[0] for g in self._groups]
-
-    @property
-    def local_kernels(self):
-        """Number of local kernels reachable point to point by default: ``kernels``, or
-        ``members`` when that is 0."""
-        return self.kernels or self.members
-
-    @property
-    def virtual_ids(self):
-        """``{kind: kernel id}`` of the virtual GMI kernels."""
-        return {k: kid for k, kid, _ in self._groups}
-
-    def member_ids(self, kind):
-        """Member kernel ids (rank order) of the virtual kernel ``kind``."""
-        return next(m for k, _, m in self._groups if k == kind)
-
-    def remapped(self, kind):
-        """True when ``kind``'s members are not contiguous: its GMI kernel then addresses
-        ranks ``0 .. n-1`` (``first_member`` 0) and the gateway rewrites TDEST."""
-        m = self.member_ids(kind)
-        return m != list(range(m[0], m[0] + len(m)))
-
-    def gmi_config(self, kind):
-        """The :class:`~hwgen.cluster.gmi.GMIConfig` of the virtual kernel ``kind``: its
-        members (ranks from 0 when remapped), kernel id, root 1 and this gateway's element,
-        width, cluster and depth parameters. Raises :class:`ConfigError` for an oversize buffer."""
-        from .gmi import GMIConfig
-        members = self.member_ids(kind)
-        first = 0 if self.remapped(kind) else members[0]
-        return GMIConfig(members=len(members), length=self.length, elem_bits=self.elem_bits,
-                         op=self.op, data_bits=self.data_bits,
-                         kernel_id=self.virtual_ids[kind], first_member=first, root=1,
-                         cluster_id=self.cluster_id, depth=self.depth)
-
-    def collective(self, kind, packets):
-        """What the virtual kernel ``kind`` sends for ``packets`` (in arrival order), TDEST
-        remapped to the member ids, and its status counters
-        (:func:`hwgen.cluster.golden.collective_stream`)."""
-        cfg = self.gmi_config(kind)
-        sent, status = gmi_golden.collective_stream(kind, cfg, packets)
-        if self.remapped(kind) and GmiKind(kind).fan_out:
-            ids = self.member_ids(kind)
-            sent = [Packet(ids[p.dest - cfg.first_member], p.src, p.payload,
-                           p.inter_cluster, p.src_cluster) for p in sent]
-        return sent, status
-
-    @property
-    def max_payload(self):
-        """Largest payload (without header) of a legitimate packet: the largest message a
-        virtual kernel takes or sends, point-to-point packets the same (or ``max_bytes``)."""
-        eb = self.elem_bits // 8
-        sizes = [self.length * eb * (len(self.member_ids(k)) if k in ("scatter", "gather")
-                                     else 1) for k in self.virtual_kinds]
-        return max(sizes + [self.max_bytes or self.length * eb])
-
-    @property
-    def max_beats(self):
-        """Beats of the longest legitimate packet, :attr:`max_payload` plus the one-byte
-        GMI header; the decoder drops longer packets as too long."""
-        return -(-(self.max_payload + 1) // (self.data_bits // 8))
-
-    def derived(self):
-        return {"virtual_ids": self.virtual_ids, "max_payload": self.max_payload,
-                "max_beats": self.max_beats}
+__all__ = ["Gateway", "GatewayModel", "TEST_CONFIGS"]
 
 
 class TdestRemap(wiring.Component):
@@ -283,10 +79,10 @@ class Gateway(wiring.Component):
     ``o_<kind>`` : Out packet stream per virtual GMI kernel (``o_broadcast`` ...): what that
         kernel sends (TID = its virtual id)
     ``status_delivered``, ``status_dropped_<kind>`` : 32-bit counters of the packet decoder
-        (:data:`~hwgen.cluster.switch.DROP_KINDS`)
+        (:data:`~hwgen.cluster.spec.switch.DROP_KINDS`)
     ``status_<kind>_<stat>`` : the GMI kernels' counters (``rounds``, ``drop_source``,
-        ``drop_length``, ``drop_overrun``; :data:`hwgen.cluster.golden.STATUS`), for every
-        kind (0 for a kind that is not among ``virtual``)
+        ``drop_length``, ``drop_overrun``; :data:`hwgen.cluster.golden.collectives.STATUS`), for
+        every kind (0 for a kind that is not among ``virtual``)
 
     Latency: store-and-forward in the decoder (a packet leaves ``beats + 2`` cycles after its
     first beat), one more beat in the stripper, then the GMI kernel's own latency or none
@@ -336,7 +132,6 @@ class Gateway(wiring.Component):
         outs = [getattr(sw, n) for n in sw.out_names]
         # Forwarding module: point-to-point packets pass unchanged.
         wiring.connect(m, outs[0], wiring.flipped(self.o_pkt))
-        from .gmi import gmi_component
         for j, kind in enumerate(kinds):
             g = gmi_component(kind, c.gmi_config(kind))
             m.submodules[f"gmi_{kind}"] = g
@@ -361,11 +156,11 @@ class GatewayModel(StatusLines, StreamModel):
     1`` rounds of every virtual GMI kernel (messages made by the GMI kernels' own stimulus
     generators, including their wrong lengths, outsiders and overruns); then, with ``fuzz`` =
     N, the stream is N packets of which ~30% are malformed or unknown (every kind of
-    :data:`hwgen.cluster.traffic.FUZZ_KINDS`, corrupting point-to-point packets). The stream
+    :data:`hwgen.cluster.golden.traffic.FUZZ_KINDS`, corrupting point-to-point packets). The stream
     ends with three point-to-point packets, so the counters sampled at ``o_pkt``'s last TLAST
-    are final. Expected: :func:`hwgen.cluster.traffic.filter_golden` with the destination
-    check, :func:`hwgen.cluster.packet.strip_header`, and
-    :func:`hwgen.cluster.golden.collective_stream` per virtual kernel.
+    are final. Expected: :func:`hwgen.cluster.golden.traffic.filter_golden` with the destination
+    check, :func:`hwgen.cluster.spec.packet.strip_header`, and
+    :func:`hwgen.cluster.golden.collectives.collective_stream` per virtual kernel.
     """
 
     result_port = "o_pkt"
@@ -384,7 +179,6 @@ class GatewayModel(StatusLines, StreamModel):
         """``{"beats": [beat, ...]}``: the ``i_pkt`` beats of the traffic in the class docstring
         (point-to-point and GMI packets; ``fuzz`` = N: N packets, ~30% malformed or unknown), ending
         with three point-to-point packets."""
-        from .gmi import BroadcastModel, GatherModel, ReduceModel, ScatterModel
         c = config
         models = {"broadcast": BroadcastModel, "scatter": ScatterModel,
                   "gather": GatherModel, "reduce": ReduceModel}
@@ -452,8 +246,8 @@ class GatewayModel(StatusLines, StreamModel):
         """``(packets, counts)`` for the stimulus beats: ``packets`` maps ``o_pkt`` to the
         point-to-point packets the decoder passes (header stripped) and ``o_<kind>`` to what each
         virtual kernel sends (:meth:`GatewayConfig.collective`); ``counts`` holds the decoder's
-        ``delivered`` and drop counts (:func:`~hwgen.cluster.traffic.filter_golden`) and every
-        kind's ``<kind>_drop_*`` GMI counters (0 for kinds not configured)."""
+        ``delivered`` and drop counts (:func:`~hwgen.cluster.golden.traffic.filter_golden`) and
+        every kind's ``<kind>_drop_*`` GMI counters (0 for kinds not configured)."""
         c = config
         known = set(c.local_list) | set(c.virtual_ids.values())
 
@@ -474,7 +268,7 @@ class GatewayModel(StatusLines, StreamModel):
         out = {"o_pkt": forward}
         counts.update({f"{kind}_{s}": 0 for kind in gmi_golden.KINDS for s in GMI_DROPS})
         for kind, packets in to_gmi.items():
-            sent, status = c.collective(kind, packets)
+            sent, status = gmi_golden.gateway_collective(c, kind, packets)
             out[f"o_{kind}"] = sent
             for s in GMI_DROPS:
                 counts[f"{kind}_{s}"] = status[s]
@@ -482,8 +276,9 @@ class GatewayModel(StatusLines, StreamModel):
 
     @classmethod
     def expect(cls, config, stim):
-        """:meth:`golden`'s packets as :func:`~hwgen.cluster.packet.to_beats` beats: ``o_pkt`` the
-        point-to-point packets the decoder passes, header stripped; ``o_<kind>`` per virtual kernel
+        """:meth:`golden`'s packets as :func:`~hwgen.cluster.spec.packet.to_beats` beats: ``o_pkt``
+        the point-to-point packets the decoder passes, header stripped; ``o_<kind>`` per virtual
+        kernel
         :meth:`GatewayConfig.collective` of the packets addressed to it, in arrival order."""
         out, _ = cls.golden(config, stim)
         return {port: [b for p in packets for b in to_beats(p, config.data_bits)]

@@ -11,20 +11,17 @@ count crosses a beat boundary:
   flag and keeps the source cluster (packet.strip_header).
 """
 
-from dataclasses import dataclass
-
-import numpy as np
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+import numpy as np
 
-from ..config import Config, param
-from ..flow.model import StreamModel
-from .packet import (INTER_CLUSTER_BIT, SRC_CLUSTER_SHIFT, Packet, attach_header,
-                     packet_layout, strip_header, to_beats)
+from ...flow.model import StreamModel
+from ..spec.packet import (INTER_CLUSTER_BIT, SRC_CLUSTER_SHIFT, Packet, attach_header,
+                           packet_layout, strip_header, to_beats)
 
-__all__ = ["ByteShift", "HeaderAttacher", "HeaderStripper", "HeaderConfig", "GMIHeader",
-           "HeaderModel", "TEST_CONFIGS"]
+__all__ = ["ByteShift", "HeaderAttacher", "HeaderStripper", "GMIHeader", "HeaderModel",
+           "TEST_CONFIGS"]
 
 
 class ByteShift(wiring.Component):
@@ -43,8 +40,8 @@ class ByteShift(wiring.Component):
     last input beat has more than one byte. Latency 0 (insert) or one input beat (remove);
     one beat per cycle except the extra beat (input stalled for that cycle). Backpressure
     passes straight through (``i_pkt.ready`` follows ``o_pkt.ready``). Input packets must be
-    well formed (:class:`~hwgen.cluster.switch.PacketFilter` in front), and in remove mode have
-    at least two bytes.
+    well formed (:class:`~hwgen.cluster.gateware.switch.PacketFilter` in front), and in remove mode
+    have at least two bytes.
     """
 
     def __init__(self, data_bits, mode, rewrite, header=None):
@@ -125,7 +122,7 @@ class HeaderAttacher(ByteShift):
     Input: intra-cluster-style packets whose TDEST is the destination kernel id *inside the
     destination cluster*. Output: the one-byte header (that id) + payload, TDEST =
     ``dest_cluster``, TID kept, TUSER = inter-cluster flag | ``cluster_id`` << 8 (what
-    :func:`hwgen.cluster.packet.attach_header` gives). Ports, latency and backpressure: see
+    :func:`hwgen.cluster.spec.packet.attach_header` gives). Ports, latency and backpressure: see
     :class:`ByteShift` (insert mode).
     """
 
@@ -139,24 +136,12 @@ class HeaderAttacher(ByteShift):
 class HeaderStripper(ByteShift):
     """The gateway's packet decoder datapath: reads payload byte 0 (the GMI header) into
     TDEST, removes it, clears the inter-cluster flag and keeps TID and the source cluster
-    (:func:`hwgen.cluster.packet.strip_header`). See :class:`ByteShift` (remove mode)."""
+    (:func:`hwgen.cluster.spec.packet.strip_header`). See :class:`ByteShift` (remove mode)."""
 
     def __init__(self, data_bits=64):
         super().__init__(data_bits, "remove",
                          rewrite=lambda h: (h.data[:8], h.id,
                                             h.user & ~(1 << INTER_CLUSTER_BIT)))
-
-
-@dataclass(frozen=True)
-class HeaderConfig(Config):
-    """``gmi-header``: a header attacher and, behind it, a stripper (round trip visible)."""
-    data_bits: int = param(64, "TDATA width", choices=(64, 512))
-    members: int = param(4, "destination kernel ids used by the stimulus (1..members)",
-                         lo=1, hi=255)
-    length: int = param(16, "longest payload in bytes of the stimulus", lo=1, hi=4096)
-    dest_cluster: int = param(1, "destination cluster id (TDEST of attached packets)",
-                              lo=0, hi=255)
-    cluster_id: int = param(0, "this cluster's id (TUSER bits 15:8)", lo=0, hi=255)
 
 
 class GMIHeader(wiring.Component):
@@ -186,7 +171,7 @@ class GMIHeader(wiring.Component):
 
 
 def random_packet(rng, length, dests, srcs=range(256), **kw):
-    """A random :class:`~hwgen.cluster.packet.Packet` to one of ``dests`` from one of
+    """A random :class:`~hwgen.cluster.spec.packet.Packet` to one of ``dests`` from one of
     ``srcs`` with a payload of 1 .. ``length`` random bytes; ``kw`` go to ``Packet``
     (``inter_cluster``, ``src_cluster``)."""
     n = int(rng.integers(1, length, endpoint=True))
@@ -206,7 +191,7 @@ class HeaderModel(StreamModel):
     def stimulus(config, items, rng):
         """``{"send": [Packet], "recv": [Packet]}``, ``items`` each: ``send`` to kernels 1..members
         with 1..length payload bytes (the first ones at beat-boundary lengths); ``recv``
-        inter-cluster packets (:func:`~hwgen.cluster.packet.attach_header`) from random source
+        inter-cluster packets (:func:`~hwgen.cluster.spec.packet.attach_header`) from random source
         clusters."""
         c, lanes = config, config.data_bits // 8
         edge = sorted({1, lanes - 1, lanes, lanes + 1, 2 * lanes, c.length} &
@@ -225,7 +210,7 @@ class HeaderModel(StreamModel):
     @staticmethod
     def inputs(config, stim):
         """``i_pkt``: the ``send`` packets, ``i_dec``: the ``recv`` packets, as
-        :func:`~hwgen.cluster.packet.to_beats` beats (``data``, ``keep``, ``dest``, ``id``,
+        :func:`~hwgen.cluster.spec.packet.to_beats` beats (``data``, ``keep``, ``dest``, ``id``,
         ``user``), ``last`` on each packet's final beat."""
         b = config.data_bits
         return {"i_pkt": [x for p in stim["send"] for x in to_beats(p, b)],
@@ -233,9 +218,9 @@ class HeaderModel(StreamModel):
 
     @staticmethod
     def expect(config, stim):
-        """``o_pkt``: each ``send`` packet through :func:`~hwgen.cluster.packet.attach_header`
+        """``o_pkt``: each ``send`` packet through :func:`~hwgen.cluster.spec.packet.attach_header`
         (``dest_cluster``, header byte = its TDEST, ``cluster_id``); ``o_dec``: each ``recv`` packet
-        through :func:`~hwgen.cluster.packet.strip_header`; beats as on input."""
+        through :func:`~hwgen.cluster.spec.packet.strip_header`; beats as on input."""
         c, b = config, config.data_bits
         return {"o_pkt": [x for p in stim["send"] for x in to_beats(
                     attach_header(p, c.dest_cluster, p.dest, c.cluster_id), b)],
