@@ -109,7 +109,7 @@ def test_two_node_processes_answer_as_one(tiny, indexes):
     _, store = tiny
     queries = store.keys[::37] + np.random.default_rng(0).normal(0, 0.05, (1, TINY.dim))
     with knnlm.Retriever(indexes[1]) as one, knnlm.Retriever(indexes[2]) as two:
-        assert len(two.addresses) == 2 and one.scale == two.scale
+        assert len(two.addresses) == 2 and one.inv_scale == two.inv_scale
         _, i1, r1 = one.search(queries)
         _, _, r2 = two.search(queries)
     assert not r1.partial and not r2.partial
@@ -149,7 +149,9 @@ def test_empty_prompt_and_bad_interval(tiny, indexes):
 
 
 @pytest.mark.parametrize("text", ['{"scale": 1.0}', '[1, 2]', '{"scale": "x", "nodes": 1}',
-                                  '{"scale": 1.0, "nodes": 0}', 'not json'])
+                                  '{"scale": 1.0, "nodes": 0}', 'not json',
+                                  '{"inv_scale": 0.0, "nodes": 1}',
+                                  '{"inv_scale": -3.0, "scale": 2.0, "nodes": 1}'])
 def test_bad_index_json_is_one_clear_error(tmp_path, text):
     (tmp_path / "index.json").write_text(text)
     with pytest.raises(ConfigError, match="index"):

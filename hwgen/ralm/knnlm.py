@@ -7,13 +7,14 @@ at that position and the value is the next token; each entry remembers its passa
 is the neighbour's snippet.
 
 **Index** (:func:`make_index`): keys quantised to the node's signed ``elem_bits`` integers with
-one scale (taken at the 99.9th percentile of ``|key|``, so that the few outlier components of a
+one multiplier ``inv_scale`` (:mod:`hwgen.lib.quant`: integers per key unit, the reciprocal of
+the step; taken at the 99.9th percentile of ``|key|``, so that the few outlier components of a
 transformer's state do not flatten the rest; larger ones saturate), faiss IVF-PQ trained in
 ChamVS's integer form and written as node shards
 (:func:`hwgen.vecsearch.host.shard.make_shards`), split over ``nodes`` node processes
 (:mod:`hwgen.vecsearch.host.node_server`, golden backend by default).
 
-**Retrieval** (:class:`Retriever`): the query is quantised with the same scale, probed against
+**Retrieval** (:class:`Retriever`): the query is quantised with the same multiplier, probed against
 the shards' integer coarse centroids (nearest ``nprobe`` lists, as faiss's coarse quantizer
 does), and sent to every node through :class:`~hwgen.vecsearch.host.coordinator.Coordinator`, which
 merges their top-K. A node that fails is left out by the coordinator; when no node answers the
@@ -21,7 +22,7 @@ result is empty and the model goes on with the LM alone.
 
 **Interpolation** (:func:`knn_distribution`, :func:`interpolate`): ``p_kNN(w)`` is the softmax of
 ``-d / T`` over the K neighbours (``d`` the node's integer squared L2 distance divided by
-``scale**2``, i.e. in the key's units), summed per value token; the next-token distribution is
+``inv_scale**2``, i.e. in the key's units), summed per value token; the next-token distribution is
 ``λ·p_kNN + (1−λ)·p_LM``. Every ``interval`` tokens a retrieval is made with the current state;
 between retrievals the last retrieved neighbours are **followed in their own passages**
 (:func:`follow`: ``j`` tokens after a retrieval, neighbour entry ``i`` stands for entry
@@ -112,32 +113,33 @@ def build_datastore(model, passages, max_tokens=None, log=None):
                      np.concatenate(owner), texts, sources)
 
 
-def quantize_keys(keys, elem_bits, scale=None, percentile=99.9):
-    """``(int64 keys, scale)``: ``round(key * scale)`` saturated to signed ``elem_bits``
-    (:func:`~hwgen.vecsearch.ivfpq.quantize_vectors`); ``scale`` defaults to the factor that
-    maps the ``percentile`` of ``|key|`` (not its maximum) to the largest integer."""
+def quantize_keys(keys, elem_bits, inv_scale=None, percentile=99.9):
+    """``(int64 keys, inv_scale)``: ``round(key * inv_scale)`` saturated to signed ``elem_bits``
+    (:func:`~hwgen.vecsearch.ivfpq.quantize_vectors`; ``inv_scale`` is the multiplier, the
+    reciprocal of :mod:`hwgen.lib.quant`'s step ``scale``); it defaults to the factor that maps
+    the ``percentile`` of ``|key|`` (not its maximum) to the largest integer."""
     from ..vecsearch.ivfpq import quantize_vectors
-    if scale is None:
+    if inv_scale is None:
         keys = np.asarray(keys, dtype=np.float64)
         peak = float(np.percentile(np.abs(keys), percentile)) if keys.size else 0.0
-        scale = ((1 << (elem_bits - 1)) - 1) / peak if peak > 0 else 1.0
-    ints, scale = quantize_vectors(keys, elem_bits, scale)
-    return ints, float(scale)
+        inv_scale = ((1 << (elem_bits - 1)) - 1) / peak if peak > 0 else 1.0
+    ints, inv_scale = quantize_vectors(keys, elem_bits, inv_scale)
+    return ints, float(inv_scale)
 
 
 def make_index(datastore, out_dir, nodes=2, nlist=64, m=32, nprobe=8, k=16, elem_bits=8,
                log=None):
     """Node shards of ``datastore`` in ``out_dir`` (``node0.npz`` ...) plus ``index.json``
-    (the key scale, the softmax temperature of :func:`calibrate_temperature` and the node
+    (the keys' multiplier ``inv_scale``, the softmax temperature of :func:`calibrate_temperature` and the node
     configuration); returns the shard paths."""
     from ..vecsearch.node import ChamVSNodeConfig
     from ..vecsearch.host.shard import make_shards
     config = ChamVSNodeConfig(dim=int(datastore.keys.shape[1]), m=m, nlist=nlist,
                               nprobe_max=nprobe, k=k, elem_bits=elem_bits)
-    ints, scale = quantize_keys(datastore.keys, elem_bits)
+    ints, inv_scale = quantize_keys(datastore.keys, elem_bits)
     paths = make_shards(config, ints, nodes, "split-lists", out_dir, log=log)
     (Path(out_dir) / "index.json").write_text(json.dumps(
-        {"scale": scale, "temperature": calibrate_temperature(datastore.keys),
+        {"inv_scale": inv_scale, "temperature": calibrate_temperature(datastore.keys),
          "config": config.to_dict(), "nodes": nodes, "entries": int(len(datastore.values))}))
     return paths
 
@@ -157,14 +159,15 @@ class Retriever:
         index_dir = Path(index_dir)
         try:
             info = json.loads((index_dir / "index.json").read_text())
-            self.scale = float(info["scale"])
+            # "scale": the key name of index files written before the multiplier was named
+            self.inv_scale = float(info["inv_scale"] if "inv_scale" in info else info["scale"])
             self.temperature = float(info.get("temperature", 1.0))
             nodes = int(info["nodes"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ConfigError("index", f"no readable index.json ({type(e).__name__}: {e})",
                               value=str(index_dir)) from None
-        if not (self.scale > 0 and self.temperature > 0 and nodes >= 1):
-            raise ConfigError("index", "index.json needs scale > 0, temperature > 0 and "
+        if not (self.inv_scale > 0 and self.temperature > 0 and nodes >= 1):
+            raise ConfigError("index", "index.json needs inv_scale > 0, temperature > 0 and "
                               "nodes >= 1", value=str(index_dir))
         self.shard_paths = paths = [index_dir / f"node{i}.npz" for i in range(nodes)]
         self.config, shard = load_shard(paths[0])
@@ -196,7 +199,7 @@ class Retriever:
     def encode(self, states):
         """``(ints, probes)`` of float states: the node's integer queries and the ``nprobe``
         nearest lists of each (squared L2 to the integer coarse centroids)."""
-        ints, _ = quantize_keys(np.atleast_2d(states), self.config.elem_bits, self.scale)
+        ints, _ = quantize_keys(np.atleast_2d(states), self.config.elem_bits, self.inv_scale)
         d = ((ints[:, None, :].astype(np.float64) - self.coarse[None]) ** 2).sum(-1)
         return ints, np.argsort(d, axis=1, kind="stable")[:, :self.nprobe]
 
@@ -217,7 +220,7 @@ class Retriever:
         dist = np.full((len(ints), k), np.inf)
         ids = np.full((len(ints), k), -1, dtype=np.int64)
         for q, (d, i) in enumerate(zip(result.distances, result.ids)):
-            dist[q, :len(d)] = np.asarray(d, dtype=np.float64) / self.scale ** 2
+            dist[q, :len(d)] = np.asarray(d, dtype=np.float64) / self.inv_scale ** 2
             ids[q, :len(i)] = i
         return dist, ids, result
 
