@@ -97,7 +97,7 @@ list: setup
 # ECP5 place and route of every registered accelerator beside the reference design, before
 # (recorded baseline) and after (this tree): the table of README "Timing".
 timing: setup
-	$(HWGEN) bench timing --json build/timing.json
+	$(HWGEN) bench timing --json build/timing.json --readme README.md
 
 # One target per accelerator: simulate with random stalls against the golden model, then
 # build Verilog + vendor files for $(BOARD) with a yosys resource estimate, into build/<name>/.

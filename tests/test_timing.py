@@ -179,10 +179,23 @@ def test_baseline_rows_name_bench_rows():
 @requires_ecp5_flow
 @requires_yosys
 def test_bench_timing_prints_before_and_after(tmp_path):
+    """One row through the whole bench: a Dask worker places and routes it, the row is merged
+    into a table of record (a copy: the shipped file is left alone) next to a row it did not
+    measure, and a README's generated table is rewritten from it."""
+    from hwgen.flow import timing_table
     from hwgen.flow.timing_bench import BASELINE
     out = tmp_path / "bench.json"
+    results = tmp_path / "timing_results.json"
+    other = {"block": "pq-decoder", "accelerator": "pq-decoder", "config": {},
+             "config_digest": "x", "verilog_sha256": "y", "seeds": [1], "error": "kept",
+             "measured": {"date": "2026-01-01"}}
+    timing_table.save({"format": 1, "rows": {"pq-decoder": other}}, results)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# t\n{timing_table.README_BEGIN}\nold\n{timing_table.README_END}\nend\n")
     result = CliRunner().invoke(main, ["bench", "timing", "--only", "gmi-header", "--seeds",
-                                       "1", "--json", str(out)])
+                                       "1", "--workers", "1", "--json", str(out), "--results",
+                                       str(results), "--readme", str(readme), "--out",
+                                       str(tmp_path / "sweep")])
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["rows"]
     assert [r["block"] for r in rows] == ["gmi-header"]
@@ -191,3 +204,15 @@ def test_bench_timing_prints_before_and_after(tmp_path):
     assert 20 < after["fmax_mhz"] < 500 and after["fmax_ratio"] > 0
     line = [l for l in result.output.splitlines() if l.startswith("gmi-header")][0]
     assert f"{rows[0]['before']['fmax_mhz']:.1f}" in line and f"{after['fmax_mhz']:.1f}" in line
+    table = timing_table.load(results)
+    assert list(table["rows"]) == ["pq-decoder", "gmi-header"]      # bench order, other kept
+    assert table["rows"]["pq-decoder"] == other
+    assert table["rows"]["gmi-header"] == after
+    acc = registry.get("gmi-header")
+    assert after["config_digest"] == acc.make_config([]).digest()
+    assert after["seeds"] == [1] and after["fmax_mhz_per_seed"] == [after["fmax_mhz"]]
+    text = readme.read_text()
+    assert "old" not in text and text.endswith(timing_table.README_END + "\nend\n")
+    assert timing_table.markdown(table) in text
+    sweep = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert [r["kind"] for r in sweep["rows"]] == ["timing"] and not sweep["failed"]

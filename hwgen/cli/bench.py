@@ -20,22 +20,42 @@ def bench():
 
 
 @bench.command("timing")
-@click.option("--seeds", type=int, default=2, show_default=True,
+@click.option("--seeds", type=int, default=3, show_default=True,
               help="Place and route with seeds 1..N per block (median).")
 @click.option("--only", "names", multiple=True, metavar="NAME",
-              help="Only these accelerators (repeatable).")
+              help="Only these accelerators (repeatable); the table's other rows are kept.")
+@click.option("--workers", type=int, help="Dask LocalCluster processes (default: one per two "
+              "cores; each runs two place-and-route seeds at a time).")
+@click.option("--scheduler", metavar="ADDRESS", help="A running Dask scheduler to use "
+              "instead (its workers need hwgen and the ECP5 tools).")
+@click.option("--results", "results_path", type=click.Path(dir_okay=False),
+              help="The table of record to merge the rows into [default: "
+              "hwgen/flow/timing_results.json].")
+@click.option("--readme", "readme_path", type=click.Path(dir_okay=False, exists=True),
+              help="Regenerate this README's timing table from the results (make timing: "
+              "README.md).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Folder for the sweep's sweep.json and sweep.csv [default: a temporary one].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
-              help="Write the rows as JSON.")
+              help="Write the printed rows (before and after) as JSON.")
 @reports_errors
-def bench_timing(seeds, names, json_path):
-    """ECP5 Fmax and ratio of every registered accelerator, before/after issue 11."""
+def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, out_dir,
+                 json_path):
+    """ECP5 Fmax, ratio and UltraScale+ depth of every registered accelerator, measured on
+    Dask and written to the timing table of record (beside the recorded before)."""
+    from ..flow import timing_table
     from ..flow.timing_bench import bench_timing as run_bench
-    checks.at_least("seeds", seeds, 1, 99)
+    checks.at_least("seeds", seeds, 1, 20)
+    if workers is not None:
+        checks.at_least("workers", workers, 1, 1024)
     for name in names:
         registry.get(name)
     if json_path:
         checks.output_file("json", json_path)
-    run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log)
+    timing_table.load(results_path)     # a malformed table fails before hours of work
+    run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log,
+              workers=workers, scheduler=scheduler, results=results_path, readme=readme_path,
+              out_dir=out_dir)
 
 
 @bench.command("tests")

@@ -8,9 +8,15 @@ A spec (JSON or YAML) is one object or a list of objects::
      "seeds": [1, 2, 3], "stall": [0.0, 0.3], "items": 2000,
      "engine": "native",                                   # or "cocotb" (default: native)
      "options": {},                                        # the model's options, e.g. fuzz
-     "synth": false}                                       # also a yosys job per configuration
+     "synth": false,                                       # also a yosys job per configuration
+     "timing": 3}                                          # also place and route, seeds 1..3
 
-Every job is one simulation checked against the golden model. Jobs run on Dask distributed: a
+Every simulation job is checked against the golden model; a ``synth`` job is a yosys resource
+count and a ``timing`` job an ECP5 place and route (:func:`hwgen.flow.timing.measure_timing`:
+Fmax per seed, its median and ratio to the reference, critical path, UltraScale+ depth; ``true``
+means 3 seeds). An entry with ``"seeds": []`` has no simulation jobs (``hwgen bench timing``
+runs its place-and-route jobs this way; an entry with neither ``synth`` nor ``timing`` needs
+seeds). A spec may also be given in memory, as that list. Jobs run on Dask distributed: a
 ``LocalCluster`` of ``--workers`` processes by default, or the scheduler at ``--scheduler
 ADDRESS`` (a cluster a user already has; its workers need hwgen installed and a shared
 ``$HWGEN_CACHE`` or their own cache). Verilator builds are shared: one build task per distinct
@@ -44,14 +50,17 @@ from ..errors import ConfigError, ToolError
 __all__ = ["Job", "load_spec", "run_sweep"]
 
 _KEYS = ("accelerator", "grid", "configs", "seeds", "stall", "items", "engine", "options",
-         "synth", "fault", "comment")
+         "synth", "timing", "fault", "comment")
+#: Place-and-route seeds of ``"timing": true``.
+TIMING_SEEDS = 3
 
 
 @dataclass
 class Job:
     """One sweep job: a simulation (``kind="sim"``) of one configuration (``params``, overrides of
     the accelerator's defaults) at one ``seed`` and ``stall`` level with ``items`` items on
-    ``engine``, or a yosys synthesis of it (``kind="synth"``). ``index`` is its position in the
+    ``engine``, a yosys synthesis of it (``kind="synth"``) or an ECP5 place and route with
+    seeds 1..``seed`` (``kind="timing"``). ``index`` is its position in the
     spec's job list; ``options`` are the model's stimulus options and ``fault`` the spec's
     fault-injection entry (see module docstring)."""
     index: int
@@ -61,15 +70,29 @@ class Job:
     stall: float
     items: int
     engine: str
-    kind: str = "sim"                # "sim" or "synth"
+    kind: str = "sim"                # "sim", "synth" or "timing"
     options: dict = field(default_factory=dict)     # the model's stimulus options (fuzz, ...)
     fault: dict = field(default_factory=dict)
 
 
-def _list(obj, key, where, default):
+def _list(obj, key, where, default, empty=False):
     value = obj.get(key, default)
-    if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}.{key}", "must be a non-empty list", value=value)
+    if not isinstance(value, list) or not (value or empty):
+        raise ConfigError(f"{where}.{key}", "must be a " + ("list" if empty else
+                                                            "non-empty list"), value=value)
+    return value
+
+
+def _timing_seeds(entry, where):
+    """Place-and-route seeds of an entry's ``timing`` key: 0 (none), 3 for true, or N."""
+    value = entry.get("timing", False)
+    if value is False:
+        return 0
+    if value is True:
+        return TIMING_SEEDS
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 20:
+        raise ConfigError(f"{where}.timing", "must be true, false or a seed count 1..20",
+                          value=value)
     return value
 
 
@@ -98,10 +121,10 @@ def spec_path(name):
 
 
 def load_spec(path):
-    """The jobs of the spec file ``path``, every configuration validated (nothing runs yet)."""
+    """The jobs of the spec file ``path`` (or of a spec given as a list of entries), every
+    configuration validated (nothing runs yet)."""
     from .engine import ENGINES
-    path = spec_path(path)
-    doc = _read(path)
+    doc = path if isinstance(path, list) else _read(spec_path(path))
     entries = doc if isinstance(doc, list) else [doc]
     jobs = []
     for e, entry in enumerate(entries):
@@ -131,7 +154,8 @@ def load_spec(path):
             except ConfigError as err:
                 raise ConfigError(f"{where} configuration {c} ({params})", str(err)) from None
         seeds = [checks.at_least(f"{where}.seeds", s, 0, checks.SEED_MAX)
-                 for s in _list(entry, "seeds", where, [1])]
+                 for s in _list(entry, "seeds", where, [1],
+                                empty=bool(entry.get("timing") or entry.get("synth")))]
         stalls = [checks.probability(f"{where}.stall", s) for s in _list(entry, "stall", where,
                                                                           [0.0])]
         items = checks.at_least(f"{where}.items", entry.get("items", acc.default_items), 1)
@@ -143,6 +167,7 @@ def load_spec(path):
         if not isinstance(options, dict):
             raise ConfigError(f"{where}.options", "must be an object of the model's stimulus "
                               "options (e.g. {\"fuzz\": 200})", value=options)
+        timing_seeds = _timing_seeds(entry, where)
         fault = entry.get("fault", {})
         if not isinstance(fault, dict):
             raise ConfigError(f"{where}.fault", "must be an object", value=fault)
@@ -152,6 +177,9 @@ def load_spec(path):
                                 options=options, fault=fault))
             if entry.get("synth"):
                 jobs.append(Job(len(jobs), acc.name, params, 0, 0.0, 0, engine, kind="synth"))
+            if timing_seeds:
+                jobs.append(Job(len(jobs), acc.name, params, timing_seeds, 0.0, 0, engine,
+                                kind="timing"))
     if not jobs:
         raise ConfigError("spec", "holds no job")
     return jobs
@@ -184,6 +212,8 @@ def _job_task(job, attempts_dir):
         res = synthesize(acc, cfg)["resources"]
         row.update({"lut": res["lut"], "ff": res["ff"], "dsp": res["dsp"],
                     "bram18": res["bram18"]})
+    elif job["kind"] == "timing":
+        row.update(_timing_row(acc, cfg, job["seed"]))
     else:
         from .simulate import simulate
         r = simulate(acc, cfg, items=job["items"], seed=job["seed"], stall=job["stall"],
@@ -198,6 +228,23 @@ def _job_task(job, attempts_dir):
             row["counter_mismatches"] = r["counter_mismatches"]
     row["seconds"] = round(time.monotonic() - start, 3)
     return row
+
+
+def _timing_row(acc, cfg, seeds):
+    """A timing job's columns: the headline figures and the whole report (``report``); a
+    design that does not fit the device or whose place and route fails gives ``error``."""
+    from ..errors import HwgenError
+    from .timing import measure_timing
+    try:
+        report = measure_timing(acc, cfg, seeds=seeds)
+    except HwgenError as e:
+        return {"seeds": seeds, "error": str(e).splitlines()[0], "report": None}
+    us = report.get("ultrascale") or {}
+    return {"seeds": seeds, "fmax_mhz": report["fmax_mhz"],
+            "reference_mhz": report["reference"]["fmax_mhz"],
+            "fmax_ratio": report["fmax_ratio"], "us_lut_levels": us.get("lut_levels"),
+            "us_carry_chains": us.get("carry_chains"), "us_goal_met": us.get("goal_met"),
+            "report": report}
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -288,12 +335,15 @@ def run_sweep(spec, out_dir, *, scheduler=None, workers=None, retries=2, echo=pr
         row["retried"] = row["attempts"] > 1
     rows.sort(key=lambda r: r["job"])
     table = rows + sorted(failures, key=lambda r: r["job"])
-    (out / "sweep.json").write_text(json.dumps({"spec": str(spec_path(spec)), "jobs": len(jobs),
+    spec_name = "(in memory)" if isinstance(spec, list) else str(spec_path(spec))
+    (out / "sweep.json").write_text(json.dumps({"spec": spec_name, "jobs": len(jobs),
                                                 "failed": len(failures), "rows": table},
                                                indent=1) + "\n")
-    columns = sorted({k for r in table for k in r}, key=lambda k: (k != "job", k))
+    # the timing jobs' whole reports stay in sweep.json; the CSV has their headline columns
+    columns = sorted({k for r in table for k in r} - {"report"},
+                     key=lambda k: (k != "job", k))
     with open(out / "sweep.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table)
     plot = _plot(rows, out / "sweep.png")

