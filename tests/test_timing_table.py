@@ -139,7 +139,10 @@ def test_build_report_reads_the_table(tmp_path, monkeypatch):
 def test_markdown_says_what_was_not_measured():
     row = timing_table.error_row("chamvs-node", "chamvs-node", {}, "d", None, 3,
                                  "DP16KD 332/208")
-    lines = timing_table.markdown({"rows": {"chamvs-node": row, "gmi-header": _row()}})
+    notes = {"chamvs-node": "stands for it", "maxsim": "not in the table: not printed"}
+    lines = timing_table.markdown({"rows": {"chamvs-node": row, "gmi-header": _row()},
+                                   "notes": notes})
+    assert lines.endswith("\n\n- **chamvs-node**: stands for it\n")
     assert "| chamvs-node | - |" in lines and "not measured: DP16KD 332/208" in lines
     assert "| gmi-header | 305.2 (300.0, 310.5, 305.2) | 136.0 | 2.245 | 2L+1c | ratio ok, " \
            "depth ok |" in lines
@@ -157,3 +160,12 @@ def test_sweep_timing_jobs_without_simulations():
                              "seeds": [], "timing": True}])
     assert [(j.kind, j.seed, j.params) for j in jobs] == \
         [("timing", 3, {}), ("timing", 3, {"data_bits": 512})]
+
+
+def test_sum_of_parts_notes_name_a_block_with_fitting_rows():
+    """Each note names a registered block that the bench also measures in at least two other
+    configurations (the two sizes that show the critical path does not grow)."""
+    from hwgen.flow.timing_bench import NOTES
+    for name in NOTES:
+        registry.get(name)
+        assert sum(1 for n, sets in BENCH_CONFIGS if n == name and sets) >= 2

@@ -124,9 +124,10 @@ def load(path=None):
     return table
 
 
-def merge(table, rows, order=None):
+def merge(table, rows, order=None, notes=None):
     """``table`` with ``rows`` (a list of rows) in place of the rows of the same block; blocks
-    sorted by ``order`` (a list of block names; others after, by name)."""
+    sorted by ``order`` (a list of block names; others after, by name); ``notes``
+    (``{accelerator: text}``, printed under the README's table) replace the table's."""
     merged = dict(table["rows"])
     for row in rows:
         merged[row["block"]] = row
@@ -135,7 +136,9 @@ def merge(table, rows, order=None):
     about = ("Every registered accelerator placed and routed on an ECP5 LFE5U-85F out of "
              "context by `hwgen bench timing` (make timing); ratio = block Fmax / the reference "
              "placed in the same run (median over seeds). Generated: do not edit by hand.")
-    return {"format": FORMAT, "about": about, "rows": {k: merged[k] for k in keys}}
+    return {"format": FORMAT, "about": about,
+            "notes": dict(notes if notes is not None else table.get("notes", {})),
+            "rows": {k: merged[k] for k in keys}}
 
 
 def save(table, path=None):
@@ -186,7 +189,10 @@ def markdown(table):
             f"| {key} | {row['fmax_mhz']:.1f} ({seeds}) | {row['reference']['fmax_mhz']:.1f} | "
             f"{row['fmax_ratio']:.3f} | {depth_text(row.get('ultrascale'))} | {_goal(row)} | "
             f"{c['lut4']} / {c['ff']} / {c['dp16kd']} / {c['mult18']} | {when} |")
-    return "\n".join(lines) + "\n"
+    measured = {row["accelerator"] for row in table["rows"].values()}
+    notes = [f"- **{name}**: {text}" for name, text in table.get("notes", {}).items()
+             if name in measured]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def update_readme(readme, table):
