@@ -325,3 +325,10 @@ def test_time_split_retrieves_every_interval(tiny, indexes):
             assert row["hw_cycles"] > 0 and row["hw_s"] == row["hw_cycles"] / 300e6
             assert not row["partial"]
     assert t["mean"]["hw_cycles"] > 0
+    m = t["measured"]              # the node's measured clock, or None before make timing
+    assert set(m) == {"clock_mhz", "ratio", "block", "hw_s"}
+    if m["clock_mhz"] is None:
+        assert m["hw_s"] is None
+    else:
+        assert m["clock_mhz"] == round(300.0 * min(m["ratio"], 1.0), 1)
+        assert m["hw_s"] == t["mean"]["hw_cycles"] / (m["clock_mhz"] * 1e6)

@@ -169,3 +169,16 @@ def test_sum_of_parts_notes_name_a_block_with_fitting_rows():
     for name in NOTES:
         registry.get(name)
         assert sum(1 for n, sets in BENCH_CONFIGS if n == name and sets) >= 2
+
+
+def test_measured_clock_is_the_slowest_block_times_the_kernel_clock(tmp_path):
+    path = tmp_path / "t.json"
+    rows = {"gmi-header": _row(fmax_ratio=2.245),
+            "pq-decoder": _row(block="pq-decoder", accelerator="pq-decoder", fmax_ratio=0.8),
+            "maxsim": timing_table.error_row("maxsim", "maxsim", {}, "d", None, 1, "x")}
+    timing_table.save({"format": 1, "rows": rows}, path)
+    got = timing_table.measured_clock({"gmi-header", "pq-decoder"}, 300, path)
+    assert got == {"clock_mhz": 240.0, "ratio": 0.8, "block": "pq-decoder"}
+    assert timing_table.measured_clock({"gmi-header"}, 300, path)["clock_mhz"] == 300.0
+    assert timing_table.measured_clock({"maxsim"}, 300, path) == \
+        {"clock_mhz": None, "ratio": None, "block": None}

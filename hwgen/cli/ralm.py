@@ -153,6 +153,16 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
     click.echo(f"  node hw: the generated node's cycle model on these shards at {clock:g} MHz "
                f"({'given' if clock_mhz else 'the board clock, declared, not measured'}); "
                "round trip and node search: golden nodes on this CPU")
+    measured = next(iter(timing.values()))["measured"]
+    if measured["clock_mhz"]:
+        hw = [t["measured"]["hw_s"] for t in timing.values() if t["measured"]["hw_s"]]
+        click.echo(f"  node hw at the measured clock: {measured['clock_mhz']:g} MHz (kernel "
+                   f"clock x fmax_ratio {min(measured['ratio'], 1.0):.3f} of "
+                   f"{measured['block']} on ECP5, hwgen/flow/timing_results.json): "
+                   + ", ".join(f"{s * 1e6:.1f} us" for s in hw))
+    else:
+        click.echo("  node hw at a measured clock: not available (chamvs-node has no row in "
+                   "hwgen/flow/timing_results.json; make timing measures it)")
     click.echo("paper (Chameleon section 6.3):")
     for k, v in chamlm.PAPER.items():
         click.echo(f"  {k}: {v}")

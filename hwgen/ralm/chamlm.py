@@ -20,6 +20,7 @@ import numpy as np
 from scipy.special import softmax
 
 from ..errors import ConfigError
+from ..flow.timing_table import measured_clock
 from . import knnlm
 
 __all__ = ["Settings", "prepare", "perplexity", "time_split", "generate", "PAPER"]
@@ -171,8 +172,10 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     golden search of the same query, run in this process) and ``hw_cycles`` / ``hw_s``: the
     generated node's cycles for the query (:func:`~hwgen.vecsearch.model.layout_query_cycles`,
     the cycle model checked against the node's simulation; the slowest node, as they search
-    in parallel) at ``clock_mhz`` (default the board's kernel clock). Returns per-token lists
-    and means."""
+    in parallel) at ``clock_mhz`` (default the board's kernel clock). ``measured``: the kernel
+    clock scaled by the node's measured ``fmax_ratio``
+    (:func:`hwgen.flow.timing_table.measured_clock`) and the mean hardware time at it
+    (``hw_s``: None when the node has not been measured). Returns per-token lists and means."""
     from ..boards import load_board
     from ..vecsearch.model import layout_query_cycles
     services = retriever.local_services
@@ -204,8 +207,12 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     mean = {k: float(np.mean([r[k] for r in rows if k in r]))
             for k in ("lm_s", "encode_s", "round_trip_s", "node_search_s", "hw_cycles", "hw_s")
             if any(k in r for r in rows)}
+    kernel = load_board(service.config.board).kernel_clock_mhz
+    measured = measured_clock({"chamvs-node"}, kernel)
+    measured["hw_s"] = mean["hw_cycles"] / (measured["clock_mhz"] * 1e6) \
+        if measured["clock_mhz"] and "hw_cycles" in mean else None
     return {"tokens": tokens, "interval": interval, "clock_mhz": clock, "per_token": rows,
-            "mean": mean}
+            "mean": mean, "measured": measured}
 
 
 def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam=0.25,
