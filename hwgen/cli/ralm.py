@@ -10,6 +10,7 @@ from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
 from ..errors import ConfigError
+from ..flow.timing_table import ratio_text
 from .common import alias_option, k_option, progress
 
 __all__ = ["ralm"]
@@ -157,7 +158,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
     if measured["clock_mhz"]:
         hw = [t["measured"]["hw_s"] for t in timing.values() if t["measured"]["hw_s"]]
         click.echo(f"  node hw at the measured clock: {measured['clock_mhz']:g} MHz (kernel "
-                   f"clock x fmax_ratio {min(measured['ratio'], 1.0):.3f} of "
+                   f"clock x fmax_ratio {ratio_text(measured['ratio'])} of "
                    f"{measured['block']} on ECP5, hwgen/flow/timing_results.json): "
                    + ", ".join(f"{s * 1e6:.1f} us" for s in hw))
     else:

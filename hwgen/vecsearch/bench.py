@@ -8,7 +8,7 @@ from .. import registry
 from ..boards import load_board
 from ..flow.simulate import simulate
 from ..flow.synth import synthesize
-from ..flow.timing_table import measured_clock
+from ..flow.timing_table import measured_clock, ratio_text
 from ..flow.tools import yosys_path
 from . import golden
 from .sizing import l1_queue_length
@@ -309,7 +309,7 @@ def bench_chamvs(echo=print, queries=12, seed=1):
     kernel = load_board("u250").kernel_clock_mhz
     clk = measured_clock({"chamvs-node"}, kernel)
     measured_head = (f"QPS at {clk['clock_mhz']:g} MHz ({kernel:g} x measured ratio "
-                     f"{min(clk['ratio'], 1.0):.3f} of {clk['block']})" if clk["clock_mhz"]
+                     f"{ratio_text(clk['ratio'])} of {clk['block']})" if clk["clock_mhz"]
                      else f"QPS at {kernel:g} MHz x measured ratio (not measured)")
     echo(_row(["data set", "D", "m", "nodes", "PQ units", "words/list/channel",
                "cycles/query", "scan share", "QPS at 140 MHz (paper clock, declared)",
