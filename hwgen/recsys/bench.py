@@ -18,6 +18,7 @@ paper's measurements (model and assumptions: :mod:`hwgen.recsys.perf`).
 
 from .. import registry
 from ..flow.simulate import simulate
+from ..flow.timing_table import measured_clock, ratio_text
 from . import embedding as embedding_mod
 from . import fc as fc_mod
 from .model import preset
@@ -150,8 +151,9 @@ def bench_recsys(echo=print, simulate_blocks=True):
          f"100 Gb/s links, {HOP_LATENCY_NS / 1e3:g} us per hop assumed) beside the paper "
          "(Zhu et al., section IV)")
     table = [[PAPER_CPU["label"], f"{PAPER_CPU['clock_mhz']:g}", "-", "-",
-              f"{_rate(cpu)} (paper)", "-", "-", "1", "1", "-",
+              f"{_rate(cpu)} (paper)", "-", "-", "-", "1", "1", "-",
               f"{PAPER_CPU['latency_ms'] * 1e3:g}", "-"]]
+    measured = measured_clock({"recsys-fc", "recsys-embedding"}, 1.0)   # ratio only
     ratios = []
     for nodes, (d, paper) in designs.items():
         speed = d.inferences_per_s / cpu
@@ -164,15 +166,23 @@ def bench_recsys(echo=print, simulate_blocks=True):
             "/".join(map(str, d.layer_pes)) + " (DSP " + "+".join(map(str, d.node_dsp))
             + "; paper " + "+".join(map(str, paper["dsp"])) + ")",
             d.bottleneck, _rate(d.inferences_per_s),
+            _rate(d.inferences_per_s * min(measured["ratio"], 1.0)) if measured["ratio"]
+            else "not measured",
             f"{d.clocks[0] * 1e6 / d.inferences_per_s:.0f} / {paper_cycles:.0f}",
             f"{d.latency_ns / 1e3:.2f}", f"{speed:.2f}", f"{paper['speedup']:g}",
             f"{speed / paper['speedup']:.2f}",
             f"{lat:g}" if lat else "not given", f"{d.latency_ns / 1e3 / lat:.2f}" if lat
             else "-"])
-    _table(echo, ["design", "clock MHz", "PEs L1/L2/L3", "bottleneck", "inferences/s",
+    _table(echo, ["design", "clock MHz (the paper's, declared)", "PEs L1/L2/L3", "bottleneck",
+                  "inferences/s", "inferences/s at the clock x measured ratio",
                   "cycles/inference model / paper (node 1 clock)", "latency us",
                   "speed-up model", "paper", "model/paper", "paper latency us",
                   "latency model/paper"], table)
+    echo("Measured ratio: " + (f"{ratio_text(measured['ratio'])} ({measured['block']}, the "
+                               "slower of recsys-fc and recsys-embedding on ECP5, "
+                               "hwgen/flow/timing_results.json)" if measured["ratio"] else
+                               "recsys-fc and recsys-embedding have no row in "
+                               "hwgen/flow/timing_results.json yet (make timing)"))
     echo("")
     echo("Latency parts of the model (ns): " + "; ".join(
         f"{nodes} node{'s' if nodes > 1 else ''}: " + ", ".join(
