@@ -55,6 +55,7 @@ from ..flow.model import StreamModel
 from ..lib.divider import Divider, divider_cycles
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from ..lib.row_ports import RowKernel, RowPort
+from ..lib.wide_mul import range_shape, split_multiply, split_multiply_stages
 from . import golden
 from .stream_rows import OUTPUT_FIFO_CYCLES, beats_per_row
 
@@ -64,8 +65,16 @@ E16_MAX = (1 << 15) - 1
 RECIP_BITS = golden.SOFTMAX_MAX_BIT           # factor = floor(2**32 / sum)
 FACTOR_BITS = RECIP_BITS + 1                  # sum = 1 gives 2**32
 RAW_BANKS = 2
-#: Pipeline registers of the output stage: e16 memory read, e16 * factor (two registers).
-OUT_STAGES = 3
+#: Pipeline registers of the output stage: the e16 memory read, its register, then ``e16 *
+#: factor`` split and registered (:func:`~hwgen.lib.wide_mul.split_multiply`: operands, partial
+#: products, sum).
+OUT_STAGES = 2 + split_multiply_stages(unsigned(15), unsigned(FACTOR_BITS))
+#: Register stages of the requantisation shift with rounding (``Softmax._round_shift``).
+ROUND_STAGES = 3
+#: Attributes of a memory whose ports never read and write one address in the same cycle:
+#: yosys's ``no_rw_check`` then maps the read port without collision logic (a multiplexer
+#: between the block RAM's output and a bypass register on ECP5).
+NO_COLLISIONS = {"no_rw_check": 1}
 #: Row states of an exp bank.
 FREE, BUSY, SUMMED, READY = range(4)
 
@@ -158,6 +167,19 @@ class SoftmaxConfig(Config, RowKernel):
         return max(0, c, u * u - b * u + c)
 
     @property
+    def poly_min(self):
+        """Smallest product ``u (b - u)`` over ``u`` in ``0 .. u_max``."""
+        b = self.constants["b_int"]
+        return min(0, self.u_max * (b - self.u_max))
+
+    @property
+    def poly_max(self):
+        """Largest product ``u (b - u)`` (a concave parabola: at ``u = b / 2`` or an end)."""
+        b = self.constants["b_int"]
+        us = {0, self.u_max} | {u for u in (b // 2, (b + 1) // 2) if 0 <= u <= self.u_max}
+        return max(u * (b - u) for u in us)
+
+    @property
     def t_max(self):
         """Largest product ``z * m`` before the requantisation shift (must stay below 2**63)."""
         return self.z_max * self.dyadic[0]
@@ -196,11 +218,26 @@ class SoftmaxConfig(Config, RowKernel):
         return self.qq_max.bit_length()
 
     @property
+    def poly_stages(self):
+        """Register stages of the polynomial's product ``u (b - u)``
+        (:func:`~hwgen.lib.wide_mul.split_multiply`)."""
+        b = self.constants["b_int"]
+        return split_multiply_stages(unsigned(_bits(self.u_max)),
+                                     range_shape(b - self.u_max, b))
+
+    @property
+    def zm_stages(self):
+        """Register stages of the product ``z m`` (split by
+        :func:`~hwgen.lib.wide_mul.split_multiply`)."""
+        return split_multiply_stages(unsigned(_bits(self.z_max)), self.dyadic[0])
+
+    @property
     def exp_stages(self):
-        """Register stages from the raw-bank read data to ``e16``: ``max - q``, clip,
-        ``floor(a / d)`` (one per quotient bit), ``u (b - u)`` (2), ``z`` (1), ``z m`` (2),
-        shift (1), round and saturate (1)."""
-        return 2 + self.quotient_steps + 2 + 1 + 2 + 1 + 1
+        """Register stages from the raw-bank read data to ``e16``: the read data, ``max - q``,
+        clip, ``floor(a / d)`` (one per quotient bit), ``u (b - u)`` (:attr:`poly_stages`),
+        ``z`` (1), ``z m`` (:attr:`zm_stages`), shift and round (:data:`ROUND_STAGES`)."""
+        return (3 + self.quotient_steps + self.poly_stages + 1 + self.zm_stages
+                + ROUND_STAGES)
 
     @property
     def tree_levels(self):
@@ -242,7 +279,7 @@ class SoftmaxConfig(Config, RowKernel):
             if i >= RAW_BANKS:                          # raw bank freed at the exp load
                 a_start = max(a_start, rows[i - RAW_BANKS]["b_load"] + 1)
             a_end = a_start + L - 1
-            b_load = a_end + 2 + t_lat                  # row maximum visible
+            b_load = a_end + 3 + t_lat                  # row maximum visible
             if prev:
                 b_load = max(b_load, prev["b_load"] + prev["beats"])
             if i >= self.exp_banks:                     # exp bank freed after the output
@@ -398,7 +435,7 @@ class Softmax(wiring.Component):
     Rows of ``L = ceil(M / lanes)`` beats are accepted at one beat per cycle and, in steady
     state, one row every ``max(L, N + 2)`` cycles (``N = ceil(33 / div_bits_per_cycle)``
     divider iterations); output beats follow one per cycle within a row. A row's first
-    output beat leaves ``2 L + N + exp_stages + 2 ceil(log2 lanes) + 11`` cycles after its
+    output beat leaves ``2 L + N + exp_stages + 2 ceil(log2 lanes) + 14`` cycles after its
     first input beat when the kernel is otherwise idle (``config.performance(M)``): the row
     is read twice after it has arrived, then waits for the divider.
 
@@ -423,10 +460,14 @@ class Softmax(wiring.Component):
         nexp = c.exp_banks
 
         # -- buffers: bank index above the beat index --------------------------------------
+        # No cycle reads and writes the same address of either memory (a raw bank is written
+        # a beat behind its exp-pass read; an exp bank is read only once it is READY, written
+        # only while its exp pass holds it), so synthesis need not emulate read-old-data on a
+        # collision: the read data go straight from the block RAM into a register.
         raw = memory.Memory(shape=data.ArrayLayout(signed(in_bits), lanes),
-                            depth=RAW_BANKS << beat_bits, init=[])
+                            depth=RAW_BANKS << beat_bits, init=[], attrs=NO_COLLISIONS)
         ebuf = memory.Memory(shape=data.ArrayLayout(unsigned(15), lanes),
-                             depth=nexp << beat_bits, init=[])
+                             depth=nexp << beat_bits, init=[], attrs=NO_COLLISIONS)
         m.submodules.raw = raw
         m.submodules.ebuf = ebuf
         raw_wr, raw_rd = raw.write_port(), raw.read_port()
@@ -458,7 +499,8 @@ class Softmax(wiring.Component):
     def _ingest(self, m, bk):
         """Ingest stage: takes ``i_x`` into the free raw bank (``r_busy``, ``r_last``,
         ``r_count``), writes it one cycle later and reduces the row maximum through a
-        ``tree_levels`` deep tree (``r_max``, ``r_ready``)."""
+        ``tree_levels`` deep tree and a running maximum (``r_max`` and ``r_ready`` the cycle
+        after the last beat's)."""
         c = self.config
         lanes, in_bits, beats = c.lanes, c.in_bits, c.beats_max
         t_lat, all_lanes = c.tree_levels, (1 << c.lanes) - 1
@@ -479,32 +521,37 @@ class Softmax(wiring.Component):
                              r_busy[a_bank].eq(1), r_last[a_bank].eq(a_beat),
                              r_count[a_bank].eq(count_in)]
         # Registered beat: written to the bank and reduced to the running maximum.
+        # Padding lanes are written as the smallest input (the exp pass masks them anyway).
         s_valid = Signal()
         s_q = Signal.like(pay.q)
-        s_mask = Signal(lanes)
         s_first = Signal()
         s_last = Signal()
         s_bank = Signal.like(a_bank)
         s_beat = Signal.like(a_beat)
-        m.d.sync += [s_valid.eq(take), s_q.eq(pay.q), s_first.eq(a_beat == 0),
-                     s_last.eq(pay.last), s_bank.eq(a_bank), s_beat.eq(a_beat),
-                     s_mask.eq(Mux(pay.last, _lane_mask(count_in, lanes), all_lanes))]
+        q_min = -(1 << (in_bits - 1))
+        mask = Mux(pay.last, _lane_mask(count_in, lanes), all_lanes)
+        m.d.sync += [s_valid.eq(take), s_first.eq(a_beat == 0),
+                     s_last.eq(pay.last), s_bank.eq(a_bank), s_beat.eq(a_beat)]
+        m.d.sync += [s_q[j].eq(Mux(mask[j], pay.q[j], q_min)) for j in range(lanes)]
         m.d.comb += [raw_wr.addr.eq(Cat(s_beat, s_bank)), raw_wr.data.eq(s_q),
                      raw_wr.en.eq(s_valid)]
-        q_min = -(1 << (in_bits - 1))
-        lane_max, levels = _max_tree(m, [Mux(s_mask[j], s_q[j], q_min) for j in range(lanes)],
+        lane_max, levels = _max_tree(m, [s_q[j] for j in range(lanes)],
                                      signed(in_bits), "lane_max")
         assert levels == t_lat
         mx_valid = delay(m, s_valid, t_lat, name="mx_valid")
         mx_first = delay(m, s_first, t_lat, name="mx_first")
         mx_last = delay(m, s_last, t_lat, name="mx_last")
         mx_bank = delay(m, s_bank, t_lat, name="mx_bank")
+        # The running maximum: one compare and a select per cycle; the row's maximum goes to
+        # its bank the cycle after the last beat.
         run_max = Signal(signed(in_bits))
-        new_max = Mux(mx_first | (lane_max > run_max), lane_max, run_max)
         with m.If(mx_valid):
-            m.d.sync += run_max.eq(new_max)
-            with m.If(mx_last):
-                m.d.sync += [r_max[mx_bank].eq(new_max), r_ready[mx_bank].eq(1)]
+            m.d.sync += run_max.eq(Mux(mx_first | (lane_max > run_max), lane_max, run_max))
+        done = Signal()
+        done_bank = Signal.like(mx_bank)
+        m.d.sync += [done.eq(mx_valid & mx_last), done_bank.eq(mx_bank)]
+        with m.If(done):
+            m.d.sync += [r_max[done_bank].eq(run_max), r_ready[done_bank].eq(1)]
 
     def _exp_issue(self, m, bk):
         """Exp pass, issue: loads the next ready raw bank into a free exp bank (handing the
@@ -622,9 +669,10 @@ class Softmax(wiring.Component):
                          c_out.eq(_wrap(c_out, nexp))]
 
     def _output(self, m, bk):
-        """Output pass: reads each READY exp bank, multiplies by its factor (two registered
-        stages) and streams the row to ``o_y`` through a credit-admitted FIFO; the bank is
-        FREE after its last read."""
+        """Output pass: reads each READY exp bank, registers the read data, multiplies by its
+        factor (split and registered, ``OUT_STAGES`` cycles from the read in all) and streams
+        the row to ``o_y`` through a credit-admitted FIFO; the bank is FREE after its last
+        read."""
         c = self.config
         lanes, beats, nexp = c.lanes, c.beats_max, c.exp_banks
         e_state, e_last, e_count, e_factor, e_rd = (bk.e_state, bk.e_last, bk.e_count,
@@ -665,31 +713,40 @@ class Softmax(wiring.Component):
         m.d.sync += [o_valid.eq(d_issue), o_last.eq(d_fin),
                      o_count.eq(Mux(d_fin, d_count, lanes)), o_factor.eq(d_factor)]
         shift = RECIP_BITS - c.output_bits
+        # The read data goes straight into one register per bit (as the reference design's
+        # block-RAM read), then into the multipliers' operand registers.
+        e16_reg = Signal.like(e_rd.data)
+        f_reg = Signal.like(o_factor)
+        m.d.sync += [e16_reg.eq(e_rd.data), f_reg.eq(o_factor)]
         for j in range(lanes):
-            prod = Signal(15 + FACTOR_BITS, name=f"prod{j}")
-            prod2 = Signal.like(prod, name=f"prod2_{j}")
-            m.d.sync += [prod.eq(e_rd.data[j] * o_factor), prod2.eq(prod)]
-            m.d.comb += out.i.payload.y[j].eq(prod2[shift:shift + c.out_bits])
-        m.d.comb += [out.i.valid.eq(delay(m, o_valid, 2, name="y_valid")),
-                     out.i.payload.last.eq(delay(m, o_last, 2, name="y_last"))]
+            prod, stages = split_multiply(m, e16_reg[j], f_reg, name=f"prod{j}")
+            assert stages == OUT_STAGES - 2
+            m.d.comb += out.i.payload.y[j].eq(prod[shift:shift + c.out_bits])
+        lag = OUT_STAGES - 1
+        m.d.comb += [out.i.valid.eq(delay(m, o_valid, lag, name="y_valid")),
+                     out.i.payload.last.eq(delay(m, o_last, lag, name="y_last"))]
         if lanes > 1:
-            m.d.comb += out.i.payload.count.eq(delay(m, o_count, 2, name="y_count"))
+            m.d.comb += out.i.payload.count.eq(delay(m, o_count, lag, name="y_count"))
 
     def _exp_lane(self, m, j, q, row_max):
-        """``e16`` of one lane: ``q`` and ``row_max`` valid in the same cycle; the result is
-        a register ``config.exp_stages`` cycles later."""
+        """``e16`` of one lane: ``q`` (the raw bank's read data) and ``row_max`` valid in the
+        same cycle; the result is a register ``config.exp_stages`` cycles later."""
         c = self.config
         k = c.constants
         d, b_int, c_int = c.divisor, k["b_int"], k["c_int"]
-        mult, e = k["dyadic"]
+        mult = k["dyadic"][0]
         a_bits = _bits(c.a_max)
 
         def reg(shape, name):
             return Signal(shape, name=f"{name}{j}")
 
+        # The memory's read data goes straight into a register (a block RAM's output register).
+        q_reg = reg(signed(c.in_bits), "q")
+        max_reg = reg(signed(c.in_bits), "qmax")
+        m.d.sync += [q_reg.eq(q), max_reg.eq(row_max)]
         # x = max(q - max, 30 x0) as a = min(max - q, 30 d) >= 0.
         diff = reg(signed(c.in_bits + 1), "diff")
-        m.d.sync += diff.eq(row_max - q)
+        m.d.sync += diff.eq(max_reg - q_reg)
         a = reg(a_bits, "a")
         m.d.sync += a.eq(Mux(diff > c.a_max, c.a_max, diff))
         # qq = floor(a / d), u = a mod d: restoring division by the constant d (qq < 2**steps).
@@ -702,42 +759,78 @@ class Softmax(wiring.Component):
             m.d.sync += [nrem.eq(Mux(ge, rem - dk, rem)), nqq.eq(Cat(ge, qq))]
             rem, qq = nrem, nqq
         u = rem[:_bits(c.u_max)]
-        # z = max(0, (r + b) r + c) with r = -u: z = c - u (b - u).
-        prod = reg(signed(_bits(c.u_max) + _bits(abs(b_int) + c.u_max) + 2), "poly")
-        prod2 = reg(prod.shape(), "poly2_")
-        m.d.sync += [prod.eq(u * (b_int - u)), prod2.eq(prod)]
+        # z = max(0, (r + b) r + c) with r = -u: z = c - u (b - u); the multiplier's operands
+        # and its product are registers (split_multiply).
+        bu = reg(range_shape(b_int - c.u_max, b_int), "bu")
+        m.d.comb += bu.eq(b_int - u)
+        prod, p_stages = split_multiply(m, u, bu, name=f"poly{j}")
+        assert p_stages == c.poly_stages
         z = reg(_bits(c.z_max), "z")
-        zfull = c_int - prod2
-        m.d.sync += z.eq(Mux(zfull < 0, 0, zfull))
-        qq_z = delay(m, qq, 3, name=f"qq_z{j}")
-        # t = z m; e16 = round_half_even(t / 2**(e - 30 + qq)).
-        t_bits = _bits(c.t_max)
-        t = reg(t_bits, "t")
-        t2 = reg(t_bits, "t2_")
-        m.d.sync += [t.eq(z * mult), t2.eq(t)]
-        qq_t = delay(m, qq_z, 2, name=f"qq_t{j}")
-        # Shift right by s - 1 = c0 + v (c0 constant >= 0); keep the bit below the result
-        # (rounding) and whether anything lower was non-zero (sticky). v < 0: s <= 0.
-        s0 = e - golden.EXP_CONST
-        c0, bias = max(s0 - 1, 0), min(s0 - 1, 0)
-        y_bits = max(t_bits - c0, 0)
-        sticky = t2[:min(c0, t_bits)].any() if c0 else Const(0, 1)
-        v = Signal(signed(max(c.quotient_steps, 1) + _bits(-bias) + 2), name=f"v{j}")
-        m.d.comb += v.eq(qq_t + bias)
-        y = t2[c0:] if y_bits else Const(0, 1)
-        for level in range(max(c.qq_max + bias, 0).bit_length()):
-            amount = 1 << level
-            sticky = Mux(v[level], sticky | y[:amount].any(), sticky)
-            y = Mux(v[level], y >> amount, y)
-        y_reg = reg(max(y_bits, 1), "y")
-        sticky_reg = reg(1, "sticky")
-        big = reg(1, "big")
+        zfull = reg(range_shape(c_int - c.poly_max, c_int - c.poly_min), "zfull")
+        m.d.comb += zfull.eq(c_int - prod)
+        m.d.sync += z.eq(Mux(zfull[-1], 0, zfull) if zfull.shape().signed else zfull)
         zpos = reg(1, "zpos")
-        m.d.sync += [y_reg.eq(y), sticky_reg.eq(sticky), big.eq(v < 0), zpos.eq(t2 != 0)]
-        hi = y_reg >> 1
-        up = y_reg[0] & (sticky_reg | hi[0] if y_bits > 1 else sticky_reg)
+        m.d.sync += zpos.eq(z != 0)
+        # t = z m (split and registered), e16 = round_half_even(t / 2**(e - 30 + qq)).
+        t, t_stages = split_multiply(m, z, mult, name=f"zm{j}")
+        assert t_stages == c.zm_stages
+        shift = SimpleNamespace(
+            t=t[:_bits(c.t_max)],
+            v=delay(m, qq, p_stages + 1 + t_stages, name=f"qq_t{j}"),
+            zpos=delay(m, zpos, t_stages - 1, name=f"zpos_t{j}"))
+        return self._round_shift(m, j, shift)
+
+    def _round_shift(self, m, j, x):
+        """``e16 = clamp(round_half_even(t / 2**s), 0, 32767)`` for ``s = e - 30 + qq`` in
+        three registered stages (:data:`ROUND_STAGES`): ``x.t`` the product ``z m``, ``x.v``
+        its ``qq`` and ``x.zpos`` (``z != 0``) registers of the same cycle. Stage 1 shifts by
+        the shift's high bits (multiples of 8) and ORs the bits it drops in groups of 8;
+        stage 2 shifts by the low three bits and forms the sticky bit below the rounding bit;
+        stage 3 rounds and saturates. A shift ``s <= 0`` saturates any non-zero ``z``."""
+        c = self.config
+        s0 = c.dyadic[1] - golden.EXP_CONST
+        # Shift right by s - 1 = c0 + v (c0 constant >= 0) and keep the rounding bit and the
+        # sticky bit (whether anything lower was non-zero). v < 0: s <= 0.
+        c0, bias = max(s0 - 1, 0), min(s0 - 1, 0)
+        t = x.t
+        y = Cat(t[c0:], Const(0, 1))
+        v_max = c.qq_max + bias
+        nb = max(v_max, 0).bit_length()
+        lo_bits = min(3, nb)
+        hi_bits = nb - lo_bits
+        group = 1 << lo_bits
+
+        def reg(shape, name):
+            return Signal(shape, name=f"{name}{j}")
+
+        v = Signal(signed(max(c.quotient_steps, 1) + _bits(-bias) + 2), name=f"v{j}")
+        m.d.comb += v.eq(x.v + bias)
+        # Stage 1: coarse shift; ORs of the bits below c0 and of each group of 8 above.
+        v_hi = v[lo_bits:nb] if hi_bits else Const(0, 1)
+        y1 = reg(len(y), "y1_")
+        g = reg(1 << hi_bits, "g")
+        v1 = reg(max(lo_bits, 1), "v1_")
+        big1 = reg(1, "big1_")
+        zpos1 = reg(1, "zpos1_")
+        m.d.sync += [y1.eq(y >> (v_hi << lo_bits) if hi_bits else y),
+                     g[0].eq(t[:c0].any() if c0 else 0),
+                     v1.eq(v[:lo_bits] if lo_bits else 0), big1.eq(v < 0), zpos1.eq(x.zpos)]
+        for n in range(1, 1 << hi_bits):
+            m.d.sync += g[n].eq(y[(n - 1) * group:n * group].any() & (v_hi >= n))
+        # Stage 2: fine shift by the low bits; sticky = everything below the rounding bit.
+        y2 = reg(len(y), "y2_")
+        sticky = reg(1, "sticky")
+        big2 = reg(1, "big2_")
+        zpos2 = reg(1, "zpos2_")
+        low = [y1[i] & (v1 > i) for i in range(group - 1)]
+        dropped = (g.any() | Cat(*low).any()) if low else g.any()
+        m.d.sync += [y2.eq(y1 >> v1 if lo_bits else y1), sticky.eq(dropped),
+                     big2.eq(big1), zpos2.eq(zpos1)]
+        # Stage 3: round half to even and saturate.
+        hi = y2 >> 1
+        up = y2[0] & (sticky | hi[0])
         out = reg(15, "e16_")
-        m.d.sync += out.eq(Mux(big, Mux(zpos, E16_MAX, 0),
+        m.d.sync += out.eq(Mux(big2, Mux(zpos2, E16_MAX, 0),
                                Mux(hi >= E16_MAX, E16_MAX, hi + up)))
         return out
 
