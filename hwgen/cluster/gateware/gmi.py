@@ -24,6 +24,8 @@ the first beat). Everything sent has TID = ``kernel_id`` and TUSER = ``cluster_i
 and TUSER are not looked at (the kernel switch already routed the packet here).
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -47,13 +49,30 @@ KINDS = golden.KINDS
 #: :data:`hwgen.cluster.golden.collectives.STATUS`.
 STATUS_PORTS = tuple(f"stat_{name}" for name in golden.STATUS)
 
-def _rotl(value, amount, width):
-    """Rotate ``value`` (``width`` bits) left by ``amount`` bits (a Value < width)."""
-    return (Cat(value, value) << amount)[width:2 * width]
-
 
 def _rotr(value, amount, width):
+    """Rotate ``value`` (``width`` bits) right by ``amount`` bits (a Value < width)."""
     return (Cat(value, value) >> amount)[:width]
+
+
+def _table(values, index):
+    """``values[index]`` for a Value ``index``: a constant when all are equal (``index`` is not
+    looked at), else a lookup (LUTs only, no arithmetic)."""
+    if len(set(values)) == 1:
+        return Const(values[0], range(max(values[0], 1) + 1))
+    return Array([Const(v, range(max(values) + 1)) for v in values])[index]
+
+
+def _counter(m, n, step, name):
+    """A counter of ``0 .. n - 1`` that advances (wrapping to 0) in the cycles ``step`` is
+    high, with the flag ``count == n - 1`` registered beside it. Returns ``(count,
+    at_last)``."""
+    count = Signal(range(n), name=name)
+    at_last = Signal(init=n == 1, name=f"{name}_last")
+    with m.If(step):
+        m.d.sync += [count.eq(Mux(at_last, 0, count + 1)),
+                     at_last.eq(Mux(at_last, int(n == 1), count == n - 2))]
+    return count, at_last
 
 
 class _Collective(wiring.Component):
@@ -66,6 +85,17 @@ class _Collective(wiring.Component):
     the way in, and a chunk read from offset ``o`` (chunk ``i`` of a scatter) is rotated back
     on the way out, each bank reading its own row: one beat per cycle on both sides, for any
     length, without padding between members.
+
+    Logic depth (issue 30): decisions are kept in registers updated beside the state they
+    come from, so no buffer address is added up on the way to the buffer and no path between
+    registers crosses more than one carry chain. Each slot keeps the row where its next
+    message starts, whether it is full and whether it holds a round (updated when it completes
+    a message or a round is released); a packet's next beat's row and the beat index's
+    comparisons are registered at each beat; a beat is written into the buffer a cycle later
+    from registers; the output engine keeps the row of its next read and its counters'
+    end flags. A first beat's slot comes from comparing its TID with each member id and
+    looking up its low bits (no subtraction, no range compare). Latency and rate are those of
+    the plain design (the buffered write lands before the output engine can read the round).
     """
 
     kind = None
@@ -82,157 +112,189 @@ class _Collective(wiring.Component):
         })
 
     def elaborate(self, platform):
-        c, kind = self.config, self.kind
-        g = c.geometry(kind)
+        c = self.config
+        g = c.geometry(self.kind)
         m = Module()
-        L, EB, D = c.lanes, c.elem_bits, c.depth
-        R, S = g["rows"], g["slots"]
-
         banks = []
-        for b in range(L):
-            mem = memory.Memory(shape=EB, depth=D * R, init=[])
+        for b in range(c.lanes):
+            mem = memory.Memory(shape=c.elem_bits, depth=c.depth * g["rows"], init=[])
             m.submodules[f"bank{b}"] = mem
             banks.append((mem.write_port(), mem.read_port()))
-        bank_base = Array([Const(d * R, range(D * R + 1)) for d in range(D)])
-        ahead, robank, release, inc, round_ready = self._rounds(m, S, D)
-        hs, cur_slot, cur_bank, cur_k, cur_drop, exp_last, last_elems, bases = self._input(
-            m, g, ahead, robank, round_ready, inc)
-        self._write(m, g, banks, bank_base, bases, hs, cur_slot, cur_bank, cur_k, cur_drop,
-                    exp_last, last_elems)
-        self._output(m, g, banks, bank_base, robank, round_ready, release)
+        rounds = self._rounds(m, g)
+        self._write(m, g, banks, self._input(m, g, rounds))
+        self._output(m, g, banks, rounds)
         return m
 
-    def _rounds(self, m, S, D):
-        """Round bookkeeping: ``ahead[s]``, the rounds slot ``s`` has written ahead of the
-        output (one of ``D`` banks each), ``robank`` the oldest round's bank. Returns
-        ``(ahead, robank, release, inc, round_ready)``: ``inc[s]`` (driven by :meth:`_input`)
-        adds a round to slot ``s``, ``release`` (driven by the output engine) frees the
-        oldest, ``round_ready`` while every slot holds it."""
-        # -- round bookkeeping ---------------------------------------------------------------
-        ahead = [Signal(range(D + 1), name=f"ahead{s}") for s in range(S)]
-        robank = Signal(range(D))          # bank of the oldest unsent round
-        release = Signal()                 # the output engine has read the oldest round
-        inc = [Signal(name=f"inc{s}") for s in range(S)]
-        round_ready = Signal()
-        m.d.comb += round_ready.eq(Cat(*[a != 0 for a in ahead]).all())
-        for s in range(S):
-            m.d.sync += ahead[s].eq(ahead[s] + inc[s] - release)
-        with m.If(release):
-            m.d.sync += [robank.eq(Mux(robank == D - 1, 0, robank + 1)),
-                         self.stat_rounds.eq(self.stat_rounds + 1)]
-        return ahead, robank, release, inc, round_ready
-
-    def _input(self, m, g, ahead, robank, round_ready, inc):
-        """Input, check: takes ``i_pkt`` beats (stalling a packet whose slot is full while a
-        round is ready), checks source, length and keep, counts drops and drives ``inc`` at a
-        good packet's last beat. Returns ``(hs, cur_slot, cur_bank, cur_k, cur_drop,
-        exp_last, last_elems, bases)`` for :meth:`_write`."""
+    def _offsets(self, g):
+        """Element offset of each slot's message in a round's element space."""
         c, kind = self.config, self.kind
-        L, EB, W, D, M = c.lanes, c.elem_bits, c.data_bits, c.depth, c.members
-        S, nbi = g["slots"], g["in_beats"]
-        full_keep = (1 << (W // 8)) - 1
-        # -- input: check, rotate, write -----------------------------------------------------
-        i = self.i_pkt
         if kind == "reduce":
-            bases = [s * nbi * L for s in range(S)]
-        elif kind == "gather":
-            bases = [s * c.length for s in range(S)]
-        else:
-            bases = [0]
+            return [s * g["in_beats"] * c.lanes for s in range(g["slots"])]
+        if kind == "gather":
+            return [s * c.length for s in range(g["slots"])]
+        return [0]
+
+    def _rounds(self, m, g):
+        """Round bookkeeping. ``ahead[s]``: the rounds slot ``s`` has written ahead of the
+        output; the oldest round is in bank ``robank`` (of ``depth``, ``rows`` rows each) and
+        slot ``s`` writes its next message into bank ``(robank + ahead[s]) % depth``, which
+        moves only when the slot completes a message. Registered beside ``ahead``: ``full[s]``
+        (``ahead[s] == depth``), ``held[s]`` (``ahead[s] != 0``), the row where slot ``s``'s
+        next message starts (``wrow[s]``) and the row after it (``wrow1[s]``; None unless some
+        slot's message starts inside a row, whose lanes below the rotation write the row
+        after); for the output engine, the first rows of the oldest round's bank (``rbase``)
+        and of the bank after it (``rnext``). ``inc[s]`` (driven by :meth:`_input`) adds a
+        round to slot ``s``, ``release`` (driven by the output engine) frees the oldest,
+        ``round_ready`` while every slot holds it. Returns these signals as a namespace."""
+        c = self.config
+        D, R, S = c.depth, g["rows"], g["slots"]
+        offsets = self._offsets(g)
+        rows0 = [o // c.lanes for o in offsets]
+        two = any(o % c.lanes for o in offsets)
+        r = SimpleNamespace(
+            ahead=[Signal(range(D + 1), name=f"ahead{s}") for s in range(S)],
+            full=[Signal(name=f"full{s}") for s in range(S)],
+            held=[Signal(name=f"held{s}") for s in range(S)],
+            wrow=[Signal(range(D * R + 1), name=f"wrow{s}", init=rows0[s]) for s in range(S)],
+            wrow1=[Signal(range(D * R + 1), name=f"wrow{s}_1", init=rows0[s] + 1)
+                   for s in range(S)] if two else None,
+            inc=[Signal(name=f"inc{s}") for s in range(S)],
+            release=Signal(), round_ready=Signal(),
+            rbase=Signal(range(D * R)), rnext=Signal(range(D * R), init=R if D > 1 else 0))
+        m.d.comb += r.round_ready.eq(Cat(*r.held).all())
+        for s in range(S):
+            ahead, inc, wbank = r.ahead[s], r.inc[s], Signal(range(D), name=f"wbank{s}")
+            with m.If(inc & ~r.release):
+                m.d.sync += [ahead.eq(ahead + 1), r.full[s].eq(ahead == D - 1), r.held[s].eq(1)]
+            with m.Elif(r.release & ~inc):
+                m.d.sync += [ahead.eq(ahead - 1), r.full[s].eq(0), r.held[s].eq(ahead != 1)]
+            wrap = wbank == D - 1
+            with m.If(inc):
+                m.d.sync += [wbank.eq(Mux(wrap, 0, wbank + 1)),
+                             r.wrow[s].eq(Mux(wrap, rows0[s], r.wrow[s] + R))]
+                if two:
+                    m.d.sync += r.wrow1[s].eq(Mux(wrap, rows0[s] + 1, r.wrow1[s] + R))
+        robank = Signal(range(D))          # bank of the oldest unsent round
+        with m.If(r.release):
+            m.d.sync += [robank.eq(Mux(robank == D - 1, 0, robank + 1)), r.rbase.eq(r.rnext),
+                         self.stat_rounds.eq(self.stat_rounds + 1)]
+            if D > 1:
+                m.d.sync += r.rnext.eq(Mux(robank == D - 2, 0, r.rnext + R))
+        return r
+
+    def _input(self, m, g, rounds):
+        """Input, check: takes ``i_pkt`` beats (stalling a packet whose slot is full while a
+        round is ready), checks source, length and keep, counts drops and drives
+        ``rounds.inc`` at a good packet's last beat. A first beat's TID is compared with each
+        member id (no range compare) and its low bits give the slot (no subtraction); the beat
+        index's decisions (last beat expected, past the message) and the next beat's rows are
+        registered with the index. Returns the beat for :meth:`_write` as a namespace: ``hs``,
+        ``slot``, ``row`` (its row) and ``row1`` (the next), ``drop``, ``last`` (the
+        message's last beat expected), ``in_range`` (not past the message)."""
+        c, kind, r = self.config, self.kind, rounds
+        L, EB, W, D = c.lanes, c.elem_bits, c.data_bits, c.depth
+        S, nbi, R = g["slots"], g["in_beats"], g["rows"]
+        full_keep = (1 << (W // 8)) - 1
+        last_keep = (1 << ((g["in_elems"] - (nbi - 1) * L) * EB // 8)) - 1
+        i = self.i_pkt
         first = Signal(init=1)             # the next beat starts a packet
-        k = Signal(range(nbi + 1))         # beat index in the packet (saturates at nbi)
+        k = Signal(range(nbi + 1))         # index of the next beat if ~first (saturates at nbi)
+        k_last, k_over = Signal(), Signal()    # k == nbi - 1, k == nbi
         dropping, bad = Signal(), Signal()
         slot_r = Signal(range(S))
-        bank_r = Signal(range(D))
+        row_r, row1_r = Signal(range(D * R + 1)), Signal(range(D * R + 1))
 
         if GmiKind(kind).fan_in:   # members only (a group of one included)
-            src_ok = (i.payload.id >= c.first_member) & (i.payload.id < c.first_member + M)
+            src_ok = Cat(*[i.payload.id == c.first_member + s for s in range(S)]).any()
         else:                              # broadcast, scatter: any source
             src_ok = Const(1)
-        if S > 1:
-            slot_now = Signal(range(S))
-            m.d.comb += slot_now.eq(i.payload.id - c.first_member)
-        else:
-            slot_now = Const(0, 1)
-        ahead_sel = Array(ahead)[slot_now]
-        is_full = ahead_sel == D
-        stall = src_ok & is_full & round_ready
-        overrun = src_ok & is_full & ~round_ready
-        bsum = robank + ahead_sel
-        bank_now = Mux(bsum >= D, bsum - D, bsum)
-
-        cur_slot = Signal(range(S))
-        cur_bank = Signal(range(D))
-        cur_k = Signal(range(nbi + 1))
-        cur_drop, cur_bad = Signal(), Signal()
-        exp_last = cur_k == nbi - 1
-        last_elems = g["in_elems"] - (nbi - 1) * L
-        last_keep = (1 << (last_elems * EB // 8)) - 1
-        beat_ok = (cur_k < nbi) & (i.payload.keep == Mux(exp_last, last_keep, full_keep)) & \
+        n = (S - 1).bit_length()           # (id - first_member) % 2**n is the slot of a member
+        slot_now = _table([min((v - c.first_member) % (1 << n), S - 1) for v in range(1 << n)],
+                          i.payload.id[:n])
+        is_full = src_ok & Array(r.full)[slot_now]
+        stall = is_full & r.round_ready
+        overrun = is_full & ~r.round_ready
+        exp_last = Mux(first, int(nbi == 1), k_last)
+        in_range = first | ~k_over
+        beat_ok = in_range & (i.payload.keep == Mux(exp_last, last_keep, full_keep)) & \
             (i.payload.last == exp_last)
+        cur_slot, cur_drop = Signal(range(S)), Signal()
+        row, row1 = Signal(range(D * R + 1)), Signal(range(D * R + 1))
         m.d.comb += [
             cur_slot.eq(Mux(first, slot_now, slot_r)),
-            cur_bank.eq(Mux(first, bank_now, bank_r)),
-            cur_k.eq(Mux(first, 0, k)),
             cur_drop.eq(Mux(first, ~src_ok | overrun, dropping)),
-            cur_bad.eq((~first & bad) | ~beat_ok),
+            row.eq(Mux(first, Array(r.wrow)[slot_now], row_r)),
+            row1.eq(Mux(first, Array(r.wrow1)[slot_now], row1_r) if r.wrow1 else row + 1),
             i.ready.eq(~(first & stall)),
         ]
         hs = i.valid & i.ready
+        cur_bad = (~first & bad) | ~beat_ok
         with m.If(hs):
             with m.If(i.payload.last):
                 m.d.sync += first.eq(1)
                 with m.If(~cur_drop & cur_bad):
                     m.d.sync += self.stat_drop_length.eq(self.stat_drop_length + 1)
             with m.Else():
-                m.d.sync += [first.eq(0), k.eq(Mux(cur_k == nbi, nbi, cur_k + 1)),
-                             slot_r.eq(cur_slot), bank_r.eq(cur_bank),
-                             dropping.eq(cur_drop), bad.eq(cur_bad)]
+                m.d.sync += [first.eq(0), slot_r.eq(cur_slot), dropping.eq(cur_drop),
+                             bad.eq(cur_bad), row_r.eq(row1),
+                             k.eq(Mux(first, 1, Mux(k_over, nbi, k + 1))),
+                             k_last.eq(Mux(first, int(nbi == 2), k == nbi - 2)),
+                             k_over.eq(Mux(first, int(nbi == 1), k_over | k_last))]
+                if r.wrow1:
+                    m.d.sync += row1_r.eq(row1 + 1)
             with m.If(first & ~src_ok):
                 m.d.sync += self.stat_drop_source.eq(self.stat_drop_source + 1)
             with m.If(first & overrun):
                 m.d.sync += self.stat_drop_overrun.eq(self.stat_drop_overrun + 1)
+        # a good last beat completes slot s's message; on a first beat (a one-beat message)
+        # that is a member's whose slot is not full (neither stalled nor dropped)
+        good_end = i.valid & i.payload.last & beat_ok & (first | ~bad)
         for s in range(S):
-            m.d.comb += inc[s].eq(hs & i.payload.last & ~cur_drop & ~cur_bad &
-                                  (cur_slot == s))
-        return hs, cur_slot, cur_bank, cur_k, cur_drop, exp_last, last_elems, bases
+            m.d.comb += r.inc[s].eq(good_end & Mux(first, src_ok & ~r.full[s] & (slot_now == s),
+                                                   ~dropping & (slot_r == s)))
+        return SimpleNamespace(hs=hs, slot=cur_slot, row=row, row1=row1, drop=cur_drop,
+                               last=exp_last, in_range=in_range)
 
-    def _write(self, m, g, banks, bank_base, bases, hs, cur_slot, cur_bank, cur_k, cur_drop,
-               exp_last, last_elems):
-        """Input, write: rotates the beat's lanes to its slot's element offset and writes
-        them into ``banks`` at the round bank's rows (the last beat's lanes past the packet
-        masked)."""
+    def _write(self, m, g, banks, beat):
+        """Input, write, a cycle after the beat: the beat's lanes, slot, row, whether it is
+        written and whether it is the message's last are registered (and, where slots'
+        messages start inside a row, the next row and which lane banks write it), so the
+        buffer's write address comes from registers. Rotates the lanes to the slot's element
+        offset and writes them into ``banks``, lane bank ``b`` at ``row``, or at the next row
+        where ``b`` is below the rotation (the lanes that wrap into it); the last beat's lanes
+        past the message are masked. The output engine reads a round 2 cycles after its last
+        beat at the earliest (a register sees the round ready, the next cycle starts the
+        engine), so the write is in before the read."""
         c = self.config
-        L, EB, W = c.lanes, c.elem_bits, c.data_bits
-        R, S, nbi = g["rows"], g["slots"], g["in_beats"]
-        i = self.i_pkt
-        rots = [b % L for b in bases]
-        rows0 = [b // L for b in bases]
-        if S > 1:
-            rot_in = Array([Const(r, range(L)) for r in rots])[cur_slot]
-            row_in = Array([Const(r, range(R + 1)) for r in rows0])[cur_slot]
-        else:
-            rot_in, row_in = Const(rots[0], range(L)), Const(rows0[0], range(R + 1))
-        valid_lanes = Signal(L)
-        for l in range(L):
-            m.d.comb += valid_lanes[l].eq(~exp_last | (l < last_elems))
-        data_rot = _rotl(i.payload.data, rot_in * EB, W)
-        valid_rot = _rotl(valid_lanes, rot_in, L)
-        wen = hs & ~cur_drop & (cur_k < nbi)
-        row_base = bank_base[cur_bank] + row_in + cur_k
+        L, EB, W, D, R = c.lanes, c.elem_bits, c.data_bits, c.depth, g["rows"]
+        rots = [o % L for o in self._offsets(g)]
+        last_elems = g["in_elems"] - (g["in_beats"] - 1) * L
+        data, last, slot = Signal(W), Signal(), Signal(range(g["slots"]))
+        row, row1, wen = Signal(range(D * R + 1)), Signal(range(D * R + 1)), Signal()
+        m.d.sync += [data.eq(self.i_pkt.payload.data), last.eq(beat.last), slot.eq(beat.slot),
+                     row.eq(beat.row), wen.eq(beat.hs & ~beat.drop & beat.in_range)]
+        high = Signal(L)                # lane bank b writes the next row (0 without rotations)
+        if any(rots):
+            m.d.sync += [row1.eq(beat.row1),
+                         high.eq(Cat(*[_table([int(b < x) for x in rots], beat.slot)
+                                       for b in range(L)]))]
+        lanes = [data[l * EB:(l + 1) * EB] for l in range(L)]
         for b, (wr, _) in enumerate(banks):
-            m.d.comb += [wr.addr.eq(row_base + (b < rot_in)),
-                         wr.data.eq(data_rot[b * EB:(b + 1) * EB]),
-                         wr.en.eq(wen & valid_rot[b])]
+            src = [(b - x) % L for x in rots]           # the beat's lane bank b takes
+            lane = lanes[src[0]] if len(set(src)) == 1 else Array([lanes[x] for x in src])[slot]
+            keep = _table([int(x < last_elems) for x in src], slot)
+            m.d.comb += [wr.addr.eq(Mux(high[b], row1, row)),
+                         wr.data.eq(lane),
+                         wr.en.eq(wen & (~last | keep))]
 
-    def _output(self, m, g, banks, bank_base, robank, round_ready, release):
+    def _output(self, m, g, banks, rounds):
         """Output: ``o_pkt`` beats read from ``banks``, one per cycle while ``o_pkt`` takes
-        them (:meth:`_reduce_output` for reduce, :meth:`_send_output` otherwise); drives
-        ``release`` when the oldest round has been read."""
+        them (:meth:`_reduce_output` for reduce, :meth:`_send_output` otherwise), the
+        engine's next read row kept in registers; drives ``rounds.release`` when the oldest
+        round has been read."""
         c, kind = self.config, self.kind
         L, EB = c.lanes, c.elem_bits
         full_keep = (1 << (c.data_bits // 8)) - 1
-        # -- output ----------------------------------------------------------------------------
         o = self.o_pkt
         advance = Signal()
         m.d.comb += advance.eq(~o.valid | o.ready)
@@ -240,58 +302,67 @@ class _Collective(wiring.Component):
             m.d.comb += rd.en.eq(advance)
         m.d.comb += [o.payload.id.eq(c.kernel_id), o.payload.user.eq(c.cluster_id << 8)]
         rdata = Cat(*[rd.data for _, rd in banks])
-        busy = Signal()
         out_last_elems = g["out_elems"] - (g["out_beats"] - 1) * L
         out_last_keep = (1 << (out_last_elems * EB // 8)) - 1
         last_mask = Cat(*[Const((1 << EB) - 1 if l < out_last_elems else 0, EB)
                           for l in range(L)])
-
+        args = (m, g, banks, rounds, advance, rdata, last_mask, out_last_keep, full_keep)
         if kind == "reduce":
-            self._reduce_output(m, banks, bank_base, robank, busy, round_ready, release,
-                                advance, rdata, last_mask, out_last_keep, full_keep)
+            self._reduce_output(*args)
         else:
-            self._send_output(m, banks, bank_base, robank, busy, round_ready, release,
-                              advance, rdata, last_mask, out_last_keep, full_keep, g)
+            self._send_output(*args)
 
-    def _send_output(self, m, banks, bank_base, robank, busy, round_ready, release, advance,
-                     rdata, last_mask, out_last_keep, full_keep, g):
+    def _send_output(self, m, g, banks, rounds, advance, rdata, last_mask, out_last_keep,
+                     full_keep):
         """Broadcast/scatter/gather: ``out_packets`` chunks of ``out_beats`` beats, chunk
-        ``j`` read from element offset ``offs[j]`` of the round."""
+        ``j`` read from element offset ``offs[j]`` of the round. ``rrow`` is the row of the
+        next read and ``rrow1`` the row after it (a register where some chunk starts inside a
+        row: the lane banks below its rotation read the row after); a chunk of a scatter
+        starts in the row the previous one ends in or the next, a broadcast re-reads the round
+        from its first row."""
         c, kind, o = self.config, self.kind, self.o_pkt
         L, EB, W = c.lanes, c.elem_bits, c.data_bits
-        C, nbo = g["out_packets"], g["out_beats"]
+        C, nbo, R, D = g["out_packets"], g["out_beats"], g["rows"], c.depth
         offs = [j * c.length if kind == "scatter" else 0 for j in range(C)]
         dests = c.member_ids if GmiKind(kind).fan_out else [c.root]
-        oc = Signal(range(C))
-        ok = Signal(range(nbo))
-        if C > 1:
-            rot = Array([Const(x % L, range(L)) for x in offs])[oc]
-            row0 = Array([Const(x // L, range(g["rows"] + 1)) for x in offs])[oc]
-            dest = Array([Const(d, 8) for d in dests])[oc]
-        else:
-            rot = Const(offs[0] % L, range(L))
-            row0 = Const(offs[0] // L, range(g["rows"] + 1))
-            dest = Const(dests[0], 8)
-        row = bank_base[robank] + row0 + ok
+        busy = Signal()
+        issue = busy & advance
+        _, chunk_end = _counter(m, nbo, issue, "ok")
+        oc, oc_last = _counter(m, C, issue & chunk_end, "oc")
+        round_end = chunk_end & oc_last
+        two = any(x % L for x in offs)
+        rrow = Signal(range(D * R + 1))
+        rrow1 = Signal(range(D * R + 1), init=1) if two else rrow + 1
+        rot = _table([x % L for x in offs], oc)
+        dest = _table(dests, oc)
         for b, (_, rd) in enumerate(banks):
-            m.d.comb += rd.addr.eq(row + (b < rot))
-        last_issue = busy & (ok == nbo - 1) & (oc == C - 1)
-        with m.If(~busy & round_ready):
+            m.d.comb += rd.addr.eq(Mux(_table([int(b < x % L) for x in offs], oc), rrow1, rrow))
+        if kind == "scatter":
+            # chunk j + 1 starts in the row where chunk j ends (0) or in the next (1)
+            steps = [offs[j + 1] // L - offs[j] // L - (nbo - 1) for j in range(C - 1)]
+            assert set(steps) <= {0, 1}, steps
+            same = _table([int(x == 0) for x in steps] + [0], oc)
+            nxt, nxt1 = Mux(same, rrow, rrow1), Mux(same, rrow1, rrow1 + 1)
+        else:
+            nxt, nxt1 = rounds.rbase, rounds.rbase + 1
+        with m.If(~busy & rounds.round_ready):
             m.d.sync += busy.eq(1)
-        with m.If(busy & advance):
-            m.d.sync += ok.eq(Mux(ok == nbo - 1, 0, ok + 1))
-            with m.If(ok == nbo - 1):
-                m.d.sync += oc.eq(Mux(oc == C - 1, 0, oc + 1))
-            with m.If(oc == C - 1):
-                with m.If(ok == nbo - 1):
-                    m.d.sync += busy.eq(0)
-        m.d.comb += release.eq(last_issue & advance)
+
+        def to(row, row1):
+            return [rrow.eq(row), rrow1.eq(row1)] if two else [rrow.eq(row)]
+        with m.If(issue):
+            m.d.sync += to(rrow1, rrow1 + 1)
+            with m.If(chunk_end):
+                m.d.sync += to(nxt, nxt1)
+            with m.If(round_end):
+                m.d.sync += [busy.eq(0), *to(rounds.rnext, rounds.rnext + 1)]
+        m.d.comb += rounds.release.eq(issue & round_end)
 
         s1_valid, s1_last = Signal(), Signal()
         s1_rot = Signal(range(L))
         s1_dest = Signal(8)
         with m.If(advance):
-            m.d.sync += [s1_valid.eq(busy), s1_last.eq(ok == nbo - 1), s1_rot.eq(rot),
+            m.d.sync += [s1_valid.eq(busy), s1_last.eq(chunk_end), s1_rot.eq(rot),
                          s1_dest.eq(dest)]
             aligned = _rotr(rdata, s1_rot * EB, W)
             m.d.sync += [
@@ -302,30 +373,31 @@ class _Collective(wiring.Component):
                 o.payload.dest.eq(s1_dest),
             ]
 
-    def _reduce_output(self, m, banks, bank_base, robank, busy, round_ready, release, advance,
-                       rdata, last_mask, out_last_keep, full_keep):
+    def _reduce_output(self, m, g, banks, rounds, advance, rdata, last_mask, out_last_keep,
+                       full_keep):
         """Reduce: for each output beat, read that beat of every member (``members`` cycles)
-        and fold it into an accumulator."""
+        and fold it into an accumulator. ``rrow``, the row of the next read, steps by
+        ``in_beats`` from member to member and back to member 0's next beat."""
         c, o = self.config, self.o_pkt
-        L, EB, M = c.lanes, c.elem_bits, c.members
-        nb = c.geometry("reduce")["in_beats"]
-        ok = Signal(range(nb))
-        om = Signal(range(M))
-        mrow = Signal(range(M * nb + 1))   # om * nb
-        row = bank_base[robank] + mrow + ok
+        L, EB, M, D = c.lanes, c.elem_bits, c.members, c.depth
+        nb = g["in_beats"]
+        busy = Signal()
+        issue = busy & advance
+        om, member_end = _counter(m, M, issue, "om")
+        _, beat_end = _counter(m, nb, issue & member_end, "ok")
+        rrow = Signal(range(g["rows"] * D + 1))
         for _, rd in banks:
-            m.d.comb += rd.addr.eq(row)
-        last_issue = busy & (ok == nb - 1) & (om == M - 1)
-        with m.If(~busy & round_ready):
+            m.d.comb += rd.addr.eq(rrow)
+        with m.If(~busy & rounds.round_ready):
             m.d.sync += busy.eq(1)
-        with m.If(busy & advance):
-            with m.If(om == M - 1):
-                m.d.sync += [om.eq(0), mrow.eq(0), ok.eq(Mux(ok == nb - 1, 0, ok + 1))]
-                with m.If(ok == nb - 1):
-                    m.d.sync += busy.eq(0)
+        with m.If(issue):
+            with m.If(member_end):
+                m.d.sync += rrow.eq(rrow - ((M - 1) * nb - 1))
+                with m.If(beat_end):
+                    m.d.sync += [busy.eq(0), rrow.eq(rounds.rnext)]
             with m.Else():
-                m.d.sync += [om.eq(om + 1), mrow.eq(mrow + nb)]
-        m.d.comb += release.eq(last_issue & advance)
+                m.d.sync += rrow.eq(rrow + nb)
+        m.d.comb += rounds.release.eq(issue & member_end & beat_end)
 
         s1_valid, s1_first, s1_final, s1_last = Signal(), Signal(), Signal(), Signal()
         acc = [Signal(EB, name=f"acc{l}") for l in range(L)]
@@ -341,8 +413,8 @@ class _Collective(wiring.Component):
             new.append(v)
         new_word = Cat(*new)
         with m.If(advance):
-            m.d.sync += [s1_valid.eq(busy), s1_first.eq(om == 0), s1_final.eq(om == M - 1),
-                         s1_last.eq(ok == nb - 1)]
+            m.d.sync += [s1_valid.eq(busy), s1_first.eq(om == 0), s1_final.eq(member_end),
+                         s1_last.eq(beat_end)]
             with m.If(s1_valid):
                 m.d.sync += [a.eq(v) for a, v in zip(acc, new)]
             m.d.sync += [
