@@ -26,10 +26,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...flow.model import SimOption, StreamModel
+from ...lib.pipeline import SkidBuffer
 from ..golden import collectives as gmi_golden
 from ..golden.traffic import StatusLines, counter_report, filter_golden, fuzz_stream, random_payload
 from ..spec.describe import GmiKind
-from ..spec.gateway import GMI_DROPS
+from ..spec.gateway import GMI_DROPS, REGISTER_STAGES
 from ..spec.packet import (INTER_CLUSTER_BIT, Packet, attach_header, from_beats, packet_layout,
                            strip_header, to_beats)
 from ..spec.switch import COUNTER_BITS, DROP_KINDS, SwitchConfig, status_name
@@ -85,8 +86,8 @@ class Gateway(wiring.Component):
         every kind (0 for a kind that is not among ``virtual``)
 
     Latency: store-and-forward in the decoder (a packet leaves ``beats + 2`` cycles after its
-    first beat), one more beat in the stripper, then the GMI kernel's own latency or none
-    (forwarding). Throughput one beat per cycle. Backpressure: an output that stalls blocks
+    first beat), one more beat in the stripper, :data:`REGISTER_STAGES` register stages, then
+    the GMI kernel's own latency or none (forwarding). Throughput one beat per cycle. Backpressure: an output that stalls blocks
     the switch only while a packet for it is at the head; dropped packets never wait.
     """
 
@@ -123,9 +124,15 @@ class Gateway(wiring.Component):
         routes.update({vid: 1 + j for j, vid in enumerate(c.virtual_ids.values())})
         m.submodules.switch = sw = KernelSwitch(
             SwitchConfig(data_bits=c.data_bits, inputs=1, outputs=1 + len(kinds)), routes)
+        assert REGISTER_STAGES == 2
+        layout = packet_layout(c.data_bits)
+        m.submodules.dec_reg = dec_reg = SkidBuffer(layout)
+        m.submodules.strip_reg = strip_reg = SkidBuffer(layout)
         wiring.connect(m, wiring.flipped(self.i_pkt), dec.i_pkt)
-        wiring.connect(m, dec.o_pkt, strip.i_pkt)
-        wiring.connect(m, strip.o_pkt, sw.i_pkt)
+        wiring.connect(m, dec.o_pkt, dec_reg.i)
+        wiring.connect(m, dec_reg.o, strip.i_pkt)
+        wiring.connect(m, strip.o_pkt, strip_reg.i)
+        wiring.connect(m, strip_reg.o, sw.i_pkt)
         for k in ("delivered",) + DROP_KINDS:
             name = "status_delivered" if k == "delivered" else status_name(k)
             m.d.comb += getattr(self, name).eq(getattr(dec, name))

@@ -46,6 +46,7 @@ stalls. X and T are counted as
 import heapq
 
 from ..spec.describe import Boundary, GmiKind
+from ..spec.gateway import REGISTER_STAGES
 from .placement import Role
 from .router_load import description_plans, packet_sizes
 
@@ -238,7 +239,8 @@ def packet_timing(description, m, hop_cycles, input_beats=None, poll_cycles=POLL
     b_in = input_beats or gmis[entry[0]][1].geometry(gmis[entry[0]][0])["in_beats"]
     for r in range(m):
         last_in = hop_cycles + (r + 1) * b_in - 1
-        at(last_in + b_in + 2, receive, entry[0], 0, r)      # the decoder's last beat out
+        # the decoder's last beat out, through the gateway's register stages
+        at(last_in + b_in + 2 + REGISTER_STAGES, receive, entry[0], 0, r)
 
     outputs, datagrams = [], []
     while events:

@@ -10,12 +10,18 @@ from ...errors import ConfigError
 from .describe import GMI_KINDS, GmiKind
 from .gmi import GMIConfig
 
-__all__ = ["GatewayConfig", "GmiGroup", "parse_groups", "GMI_DROPS"]
+__all__ = ["GatewayConfig", "GmiGroup", "parse_groups", "GMI_DROPS", "REGISTER_STAGES"]
 
 
 #: GMI kernel counters compared with the golden model (``rounds`` lags behind output
 #: backpressure, so it is reported but not sampled as final).
 GMI_DROPS = ("drop_source", "drop_length", "drop_overrun")
+#: Cycles the register stages of :class:`~hwgen.cluster.gateware.gateway.Gateway` add to a
+#: packet's path: one :class:`~hwgen.lib.pipeline.SkidBuffer` after the decoder's buffer (its
+#: read is an asynchronous LUT-RAM read) and one after the header stripper (which passes
+#: backpressure straight through), so that neither the buffer's read data nor the switch's
+#: routing decision reaches the other side combinationally.
+REGISTER_STAGES = 2
 
 
 def _parse_ids(text):
