@@ -44,24 +44,25 @@ def test_lookup_stage_is_the_embedding_units_model(index, memory_latency):
 
 @pytest.mark.parametrize("memory_latency", [0, 2, 45])
 def test_lookup_stage_by_hand(memory_latency):
-    """Schedules worked out by hand (L: AR-to-R cycles; 8 pipeline cycles from a table's last
+    """Schedules worked out by hand (L: AR-to-R cycles; 12 pipeline cycles from a table's last
     word to its elements in the output beat, ``embedding.PIPELINE_CYCLES``).
 
     Test configuration 3: nine tables of one word each, five on the HBM channel and four on the
     DDR channel, all 64 lanes in one output beat. A channel issues one read per cycle, so the
-    HBM channel's fifth word arrives at 4 + L and the beat leaves at 8 + 4 + L; one inference
+    HBM channel's fifth word arrives at 4 + L and the beat leaves at 12 + 4 + L; one inference
     per five cycles (the HBM channel's five words), one output beat each, while its 8 reads
     in flight cover the latency.
 
     Test configuration 2: one lane, 21 output beats; table 2 (beats 5 and 6, after 1 + 4
-    elements of on-chip tables 0 and 1) is the only one in memory. On-chip rows are ready 5
-    cycles after the query, so beats 0-4 leave at 5..9; beat 5 waits for table 2's word at
-    8 + L: at 10 when L = 2 (then one per cycle: 30 for beat 20), at 8 + L when L is larger."""
+    elements of on-chip tables 0 and 1) is the only one in memory. On-chip rows are ready 9
+    cycles after the query (``embedding.ONCHIP_CYCLES``), so beats 0-4 leave at 9..13; beat 5
+    waits for table 2's word at 12 + L: at 14 when L <= 2 (then one per cycle: 34 for beat
+    20), at 12 + L when L is larger."""
     three = embedding.EmbeddingConfig.from_dict(embedding.TEST_CONFIGS[3])
     for got in (three.performance(three.workload(memory_latency=memory_latency)),
                 perf.lookup_stage(three.placement, three.lanes, memory_latency,
                                   three.inflight)):
-        assert got["latency_cycles"] == 8 + 4 + memory_latency
+        assert got["latency_cycles"] == 12 + 4 + memory_latency
         if memory_latency < 45:
             assert got["initiation_interval"] == 5 and not got["credit_bound"]
         else:                  # 8 reads in flight cannot cover 45 cycles: credits bound it
@@ -69,9 +70,9 @@ def test_lookup_stage_by_hand(memory_latency):
     two = embedding.EmbeddingConfig.from_dict(embedding.TEST_CONFIGS[2])
     times, _ = embedding.output_beat_times(two.placement, two.rec_model.tables, two.lanes,
                                            two.out_beats, memory_latency)
-    table2 = max(8 + memory_latency, 10)
-    assert times == [5, 6, 7, 8, 9] + list(range(table2, table2 + 16))
-    assert two.performance(two.workload(memory_latency=memory_latency))["latency_cycles"] == 5
+    table2 = max(12 + memory_latency, 14)
+    assert times == [9, 10, 11, 12, 13] + list(range(table2, table2 + 16))
+    assert two.performance(two.workload(memory_latency=memory_latency))["latency_cycles"] == 9
 
 
 def test_lookup_stage_of_paper_model(paper):

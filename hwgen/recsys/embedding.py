@@ -33,6 +33,7 @@ from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.axi import AXI4Signature
+from ..lib.pipeline import CreditBuffer, delay
 from . import golden
 from .model import RecModel, Table
 from .placement import place
@@ -44,10 +45,18 @@ __all__ = ["EmbeddingConfig", "Embedding", "EmbeddingModel", "TEST_CONFIGS", "sy
 ADDR_BITS = 64
 #: Largest table contents (int64 arrays in host memory) generated for a simulation.
 SIM_TABLE_BYTES = 1 << 30
+#: Cycles from a row at the head of its FIFO to its output beat on ``o_emb``: the registered
+#: readiness (1), beat register (1), output buffer (2, :class:`~hwgen.lib.pipeline.CreditBuffer`).
+OUTPUT_CYCLES = 4
 #: Cycles from a query's acceptance to the output of a row whose last word arrives from memory
 #: ``e`` cycles after the channel's first AR handshake, minus ``e``: s1 register (1), lookup
-#: FIFO (2), AR register (1), R register (1), row FIFO (2), output register (1).
-PIPELINE_CYCLES = 8
+#: FIFO (2), AR register (1), R register (1), row register (1), row FIFO (2), output
+#: (:data:`OUTPUT_CYCLES`).
+PIPELINE_CYCLES = 8 + OUTPUT_CYCLES
+#: The same for an on-chip row (s1 register, memory read, read data register, row FIFO,
+#: output) and for the dense features (s1 register, info FIFO, output).
+ONCHIP_CYCLES = 5 + OUTPUT_CYCLES
+DENSE_CYCLES = 3 + OUTPUT_CYCLES
 
 
 def _fifo_depth(inflight):
@@ -103,7 +112,7 @@ def output_beat_times(placement, tables, lanes, out_beats, memory_latency=None):
     if memory_latency is None:
         memory_latency = max((math.ceil(p.memory_models[ch.kind].latency_ns
                                         * p.clock_mhz / 1e3) for ch in p.channels), default=0)
-    ready = {t: 5 for t in p.onchip}
+    ready = {t: ONCHIP_CYCLES for t in p.onchip}
     for ch in p.channels:
         end = None
         for k, t in enumerate(ch.tables):
@@ -114,7 +123,7 @@ def output_beat_times(placement, tables, lanes, out_beats, memory_latency=None):
     times = []
     for b in range(out_beats):               # beats past the tables: dense features
         span = owner[b * lanes:(b + 1) * lanes]
-        due = max([4] + [ready[t] for t in span])
+        due = max([DENSE_CYCLES] + [ready[t] for t in span])
         times.append(max(due, times[-1] + 1) if times else due)
     return times, memory_latency
 
@@ -149,7 +158,7 @@ class EmbeddingConfig(Config):
     lanes: int = param(16, "elements per output beat", lo=1, hi=256)
     oob: str = param("clamp", "out-of-range index: clamp to the last row, or zero the "
                               "table's vector and flag the inference", choices=("clamp", "flag"))
-    inflight: int = param(16, "inferences in flight (FIFO depth); above (memory latency + 8) "
+    inflight: int = param(16, "inferences in flight (FIFO depth); above (memory latency + 12) "
                               "/ initiation interval for full rate", lo=2, hi=1024)
 
     def check(self):
@@ -252,17 +261,19 @@ class EmbeddingConfig(Config):
           ``k`` is issued ``k`` cycles later and its ``n`` words return one per cycle after
           ``L`` cycles, behind the words of earlier lookups: the last word of lookup ``k``
           arrives at ``4 + e_k``, ``e_k = max(k + L, e_{k-1} + 1) + n - 1``;
-        * a row is ready for the output ``4`` cycles after its last word (R register, row FIFO,
-          output register): cycle ``8 + e_k``; on-chip rows at cycle 5, dense features at 4;
+        * a row is ready for the output ``8`` cycles after its last word (R register, row
+          register, row FIFO, registered readiness, beat register, output buffer): cycle
+          ``12 + e_k``; on-chip rows at cycle 9, dense features at 7;
         * output beat ``b`` leaves at ``t_b = max(t_{b-1} + 1, ready of its rows)``.
 
         ``latency_cycles = t_0``. An inference holds one of the ``inflight`` credits for
-        ``t_{B-1}`` cycles, so successive inferences follow every ``initiation_interval =
-        max(interval, t_{B-1} / inflight)`` cycles: :attr:`interval` (output beats or the
-        busiest channel's words) unless there are too few credits to cover the latency
-        (``credit_bound``; then the figure is an average). ``items`` inferences take ``cycles =
-        t_{B-1} + (items - 1) * initiation_interval + 1`` from the first query to the last
-        output beat (``hwgen sim``'s ``cycles``; exact unless credit-bound).
+        ``t_{B-1}`` cycles (its last beat is taken at ``t_{B-1} - 3``; the credit returns with
+        the beat, two registers later), so successive inferences follow every
+        ``initiation_interval = max(interval, t_{B-1} / inflight)`` cycles: :attr:`interval`
+        (output beats or the busiest channel's words) unless there are too few credits to cover
+        the latency (``credit_bound``; then the figure is an average). ``items`` inferences take
+        ``cycles = t_{B-1} + (items - 1) * initiation_interval + 1`` from the first query to the
+        last output beat (``hwgen sim``'s ``cycles``; exact unless credit-bound).
         """
         items, memory_latency = workload.items, workload.memory_latency
         times, memory_latency = output_beat_times(self.placement, self.rec_model.tables,
@@ -354,23 +365,26 @@ class Embedding(wiring.Component):
 
     Organisation
     ------------
-    An accepted query is registered (s1); each table's index is checked and clamped there, its
-    address computed, and the lookups of every channel written to that channel's FIFO. Each
-    channel's sequencer then issues its lookups on AR, one per cycle, all channels at once; the
-    returned words are aligned and written to one row FIFO per table (on-chip tables are read
-    in s1 and written the next cycle). The output serialiser emits beat ``b`` when the rows it
-    covers are all at the heads of their FIFOs. The sequencers drive AR themselves rather than
-    through :class:`hwgen.lib.axi.AXI4Reader`, whose burst splitter takes a command every other
-    cycle: a lookup is always a single burst inside one 4 KiB page.
+    An accepted query is registered (s1), with a flag per index out of range (compared as s1
+    is written); each table's index is clamped there, its address computed, and the lookups of
+    every channel written to that channel's FIFO. Each channel's sequencer then issues its
+    lookups on AR, one per cycle, all channels at once; the returned words are registered,
+    aligned into a register and written to one row FIFO per table (on-chip tables are read in
+    s1, the data registered and written the cycle after). The output serialiser takes beat
+    ``b`` when the rows it covers are all at the heads of their FIFOs and its output buffer
+    has room: a beat register, then a :class:`~hwgen.lib.pipeline.CreditBuffer` (its credit
+    is a register, so ``o_emb.ready`` reaches no decision). The sequencers drive AR themselves
+    rather than through :class:`hwgen.lib.axi.AXI4Reader`, whose burst splitter takes a command
+    every other cycle: a lookup is always a single burst inside one 4 KiB page.
 
     Timing
     ------
     Initiation interval ``max(output beats, data words of the busiest channel)`` cycles per
     inference (a lookup of an ``n``-word row costs its channel ``n`` cycles; one-word rows: the
-    channel's lookup rounds). Latency from acceptance to the first output beat: ``8 + L`` cycles
+    channel's lookup rounds). Latency from acceptance to the first output beat: ``12 + L`` cycles
     plus the cycles the rows of that beat wait behind earlier lookups on their channels, ``L``
     being the memory's AR-to-R latency (exact model: :meth:`EmbeddingConfig.performance`).
-    For full rate ``inflight`` must cover that latency: ``inflight * interval > 8 + L``.
+    For full rate ``inflight`` must cover that latency: ``inflight * interval > 12 + L``.
 
     Backpressure: ``i_query`` is accepted while fewer than ``inflight`` inferences are in
     flight (a register compare): every FIFO has room reserved for them, so reads are never
@@ -400,12 +414,19 @@ class Embedding(wiring.Component):
         inflight = Signal(range(depth + 1))
         accept, done = Signal(), Signal()
         m.d.comb += [q.ready.eq(inflight < depth), accept.eq(q.valid & q.ready)]
-        m.d.sync += inflight.eq(inflight + accept - done)
+        # An inference's credit returns two cycles after its last beat is taken (its FIFO
+        # entries are free by then), as the beat leaves: the counter's adder starts at a
+        # register.
+        done_q = delay(m, done, 2, name="done")
+        m.d.sync += inflight.eq(inflight + accept - done_q)
         s1_valid = Signal()
         s1 = Signal(c.query_layout())
+        s1_oob = Signal(len(tables))       # index out of range, compared as s1 is written
         m.d.sync += s1_valid.eq(accept)
         with m.If(accept):
             m.d.sync += s1.eq(q.payload)
+            m.d.sync += [s1_oob[t].eq(q.payload.indices[t] >= table.rows)
+                         for t, table in enumerate(tables) if table.rows < 1 << c.index_bits]
 
         # index check: effective row and zero flag of every table
         eff, zero = [], []
@@ -414,7 +435,7 @@ class Embedding(wiring.Component):
             row = Signal(range(table.rows), name=f"row{t}")
             z = Signal(name=f"zero{t}")
             if table.rows < 1 << c.index_bits:
-                oob = idx >= table.rows
+                oob = s1_oob[t]
                 m.d.comb += row.eq(Mux(oob, 0 if flag else table.rows - 1, idx))
                 if flag:
                     m.d.comb += z.eq(oob)
@@ -443,16 +464,19 @@ class Embedding(wiring.Component):
             m.submodules[f"rows{t}"] = f
             rows.append(f)
 
-        # -- on-chip tables: read in s1, written the cycle after -------------------------------
+        # -- on-chip tables: read in s1, the read data registered (s3), then written ---------
         for t in p.onchip:
             mem = memory.Memory(shape=unsigned(tables[t].dim * eb), depth=tables[t].rows,
                                 init=self._rows[t])
             m.submodules[f"table{t}"] = mem
             rd = mem.read_port()
             s2_valid, s2_zero = Signal(name=f"s2_valid{t}"), Signal(name=f"s2_zero{t}")
-            m.d.sync += [s2_valid.eq(s1_valid), s2_zero.eq(zero[t])]
+            s3_valid, s3_zero = Signal(name=f"s3_valid{t}"), Signal(name=f"s3_zero{t}")
+            s3_data = Signal.like(rd.data, name=f"s3_data{t}")
+            m.d.sync += [s2_valid.eq(s1_valid), s2_zero.eq(zero[t]),
+                         s3_valid.eq(s2_valid), s3_zero.eq(s2_zero), s3_data.eq(rd.data)]
             m.d.comb += [rd.addr.eq(eff[t]), rd.en.eq(s1_valid),
-                         rows[t].w_data.eq(Mux(s2_zero, 0, rd.data)), rows[t].w_en.eq(s2_valid)]
+                         rows[t].w_data.eq(Mux(s3_zero, 0, s3_data)), rows[t].w_en.eq(s3_valid)]
 
         # -- off-chip channels -----------------------------------------------------------------
         for ch in p.channels:
@@ -533,62 +557,100 @@ class Embedding(wiring.Component):
         with m.Elif(r_valid):
             m.d.sync += [beat.eq(beat + 1),
                          gathered.word_select(beat, 8 * word).eq(r_data)]
+        # the aligned row is registered (row_q) before its FIFO: the row FIFOs sit by the
+        # output serialiser, away from the channel's R logic
+        widths = [tables[t].dim * eb for t in tabs]
+        row_q = Signal(max(widths), name=f"{name}_row")
+        row_we = Signal(n, name=f"{name}_row_we")       # one-hot: the table whose row it is
+        m.d.sync += row_we.eq(0)
         for pos, (t, s) in enumerate(zip(tabs, slots)):
-            bits = tables[t].dim * eb
+            bits = widths[pos]
             if s.beats > 1:
                 row = Cat(gathered[:8 * word * (s.beats - 1)], r_data)[:bits]
             elif per_word[pos] > 1:
                 row = r_data.word_select(got.sel[:_bits(per_word[pos])], 8 * s.stride)[:bits]
             else:
                 row = r_data[:bits]
-            m.d.comb += [rows[t].w_en.eq(row_end & (kr == pos)),
-                         rows[t].w_data.eq(Mux(got.zero, 0, row))]
+            with m.If(row_end & (kr == pos)):
+                m.d.sync += [row_we[pos].eq(1), row_q.eq(Mux(got.zero, 0, row))]
+            m.d.comb += [rows[t].w_en.eq(row_we[pos]), rows[t].w_data.eq(row_q[:bits])]
 
     def _serialiser(self, m, info, info_layout, rows, done):
-        """Output beats of ``lanes`` elements from the row FIFOs' heads and the dense FIFO."""
+        """Output beats of ``lanes`` elements from the row FIFOs' heads and the dense FIFO.
+
+        Beat ``b`` is taken (``go``) when ``rdy``, a register, says the FIFOs it covers have
+        their rows at the head, and the output buffer (:class:`~hwgen.lib.pipeline.
+        CreditBuffer`) has a credit, also a register: ``go`` is one gate, and ``o_emb.ready``
+        reaches no decision. ``go`` drives the beat counter, the pops of the FIFOs whose last
+        element is in this beat and the beat's valid bit; the beat register loads every cycle
+        (no enable) and feeds the output buffer. ``rdy`` is computed a cycle ahead for the beat
+        that will be current (:meth:`_ready_next`)."""
         c = self.config
         tables, eb, lanes = c.rec_model.tables, c.elem_bits, c.lanes
-        o = self.o_emb
         beats = c.out_beats
         # element sources, in concatenation order: (fifo index or None for dense, element)
         source = [(t, e) for t, table in enumerate(tables) for e in range(table.dim)]
         source += [(None, d) for d in range(c.dense)]
-        last_beat = {}           # table -> the beat holding its last element
-        for pos, (t, e) in enumerate(source):
-            if t is not None:
-                last_beat[t] = pos // lanes
+        spans = [source[bb * lanes:(bb + 1) * lanes] for bb in range(beats)]
+        # the FIFOs each beat reads (info: every beat) and those it pops (their last beat)
+        needed = [[info] + [rows[t] for t in sorted({t for t, _ in span if t is not None})]
+                  for span in spans]
+        pops = [[] for _ in range(beats)]
+        for t in range(len(tables)):
+            pops[max(bb for bb in range(beats) if rows[t] in needed[bb])].append(rows[t])
+        pops[-1].append(info)
         head = Signal(info_layout)
         m.d.comb += head.eq(info.r_data)
 
+        m.submodules.out = out = CreditBuffer(c.output_layout(), latency=1)
+        wiring.connect(m, out.o, wiring.flipped(self.o_emb))
+        beat = Signal(c.output_layout())
+        go, rdy = Signal(), Signal()
+        m.d.sync += out.i.valid.eq(go)
+        m.d.comb += [out.i.payload.eq(beat), out.take.eq(go), go.eq(rdy & out.ready)]
+
         b = Signal(range(max(2, beats)))      # (a 0-bit Switch would match no Case)
-        free = ~o.valid | o.ready
-        with m.If(o.ready):
-            m.d.sync += o.valid.eq(0)
+        with m.If(go):
+            m.d.sync += b.eq(Mux(b == beats - 1, 0, b + 1))
+        m.d.comb += done.eq(go & (b == beats - 1))
+        deep = self._ready_next(m, [info, *rows], pops)
         with m.Switch(b):
             for bb in range(beats):
-                span = source[bb * lanes:(bb + 1) * lanes]
-                needed = sorted({t for t, _ in span if t is not None})
-                ready = Cat(info.r_rdy, *[rows[t].r_rdy for t in needed]).all()
-                load = ready & free
                 with m.Case(bb):
-                    with m.If(load):
-                        m.d.sync += [o.valid.eq(1), o.payload.last.eq(bb == beats - 1),
-                                     b.eq(0 if bb == beats - 1 else bb + 1)]
-                        if c.oob == "flag":
-                            m.d.sync += o.payload.error.eq(head.error)
-                        for j in range(lanes):
-                            if j < len(span):
-                                t, e = span[j]
-                                value = head.dense[e] if t is None else \
-                                    rows[t].r_data.word_select(e, eb)
-                            else:
-                                value = 0
-                            m.d.sync += o.payload.elem[j].eq(value)
-                    for t in needed:
-                        if last_beat[t] == bb:
-                            m.d.comb += rows[t].r_en.eq(load)
-                    if bb == beats - 1:
-                        m.d.comb += [info.r_en.eq(load), done.eq(load)]
+                    nxt = (bb + 1) % beats
+                    stay = Cat(*[f.r_rdy for f in needed[bb]]).all()
+                    adv = Cat(*[deep[id(f)] if f in pops[bb] else f.r_rdy
+                                for f in needed[nxt]]).all()
+                    m.d.sync += rdy.eq(Mux(go, adv, stay))
+                    m.d.sync += beat.last.eq(bb == beats - 1)
+                    if c.oob == "flag":
+                        m.d.sync += beat.error.eq(head.error)
+                    for j in range(lanes):
+                        if j < len(spans[bb]):
+                            t, e = spans[bb][j]
+                            value = head.dense[e] if t is None else \
+                                rows[t].r_data.word_select(e, eb)
+                        else:
+                            value = 0
+                        m.d.sync += beat.elem[j].eq(value)
+                    m.d.comb += [f.r_en.eq(go) for f in pops[bb]]
+
+    def _ready_next(self, m, fifos, pops):
+        """Per FIFO of ``fifos`` that some beat pops, whether it holds a second row (``{id:
+        signal}``): the count of rows written and not popped is at least 2, so that after a
+        pop its next row is at the head in the next cycle (a buffered FIFO moves its next row
+        to the output register in the cycle of the pop). Without a pop, a FIFO's own ``r_rdy``
+        tells the next cycle's head (or is one cycle late when a row arrives), so ``rdy``
+        follows a row's arrival one cycle later than the FIFO's ``r_rdy``."""
+        deep = {}
+        popped = [f for bb in pops for f in bb]
+        for f in fifos:
+            if f not in popped:
+                continue
+            count = Signal(range(f.depth + 1), name="rows_held")
+            m.d.sync += count.eq(count + f.w_en - f.r_en)
+            deep[id(f)] = count >= 2
+        return deep
 
 
 class EmbeddingModel(StreamModel):
