@@ -124,17 +124,23 @@ def test_output_fits_out_bits(values):
 # -- mean: reciprocal multiply and one correction ------------------------------------------------
 
 def _hardware_mean(cfg, total):
-    """The mean unit's arithmetic (offset, multiply by recip, shift, correct, round), in
-    Python integers (the product exceeds 64 bits)."""
+    """The mean unit's arithmetic (offset, multiply by recip, shift, remainder from the low
+    ``rem_bits`` bits, correct, round from decisions taken for either correction), in Python
+    integers (the product exceeds 64 bits)."""
     x = total.astype(object) + cfg.mean_offset
+    h, mask = cfg.hidden, (1 << cfg.rem_bits) - 1
     q0 = (x * cfg.recip) >> cfg.recip_shift
-    r0 = x - q0 * cfg.hidden
-    assert ((r0 >= 0) & (r0 < 2 * cfg.hidden)).all()       # at most one correction
-    over = r0 >= cfg.hidden
-    q, r = q0 + over, r0 - over * cfg.hidden
-    floor_mean = q - (1 << (cfg.in_bits - 1))
-    up = (2 * r > cfg.hidden) | ((2 * r == cfg.hidden) & (floor_mean % 2 == 1))
-    return (floor_mean + up).astype(np.int64)
+    r0 = x - q0 * h
+    assert ((r0 >= 0) & (r0 < 2 * h)).all()                # at most one correction
+    r_hw = ((x & mask) - ((q0 & mask) * h & mask)) & mask  # the hardware's low bits
+    assert (r_hw == r0).all()
+    over = r0 >= h
+    odd = q0 % 2 == 1
+    up0 = (2 * r0 > h) | ((2 * r0 == h) & odd)             # rounding if not corrected
+    up1 = (2 * (r0 - h) > h) | ((2 * (r0 - h) == h) & ~odd)  # if corrected: parity flips
+    q = q0 + over + np.where(over, up1, up0)
+    assert (q < 1 << cfg.in_bits).all()                    # the b-bit sum does not wrap
+    return (q - (1 << (cfg.in_bits - 1))).astype(np.int64)
 
 
 @pytest.mark.parametrize("hidden, in_bits", [(768, 22), (768, 32), (1, 9), (3, 32), (5, 16),

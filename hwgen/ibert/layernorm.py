@@ -6,7 +6,7 @@ Each row of ``H`` integers ``q`` is normalised without floating point, bit-exact
     mean   = round_half_even(sum(q) / H)          exact: reciprocal multiply + correction
     y      = q - mean
     var    = sum((y >> shift)**2)                  < 2**32 for every row (checked by the config)
-    std    = isqrt(var) << shift                   exact restoring square root (IntSqrt)
+    std    = isqrt(var) << shift                   exact restoring square root
     factor = floor(2**31 / std)   (0 if std == 0)  = floor(2**(31 - shift) / isqrt(var))
     out    = floor(y * factor / 2) + bias_int[e]
 
@@ -35,9 +35,10 @@ from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
+from ..lib.registered import compare_subtract, register_copies, sqrt_pipeline
 from ..lib.row_ports import RowKernel, RowPort
+from ..lib.wide_mul import split_multiply, split_multiply_stages
 from . import golden
-from .isqrt import IntSqrt
 from .param_files import float_array, int_array, load_arrays, with_file_digest
 
 __all__ = ["LayerNormConfig", "LayerNorm", "LayerNormModel", "TEST_CONFIGS",
@@ -45,13 +46,15 @@ __all__ = ["LayerNormConfig", "LayerNorm", "LayerNormModel", "TEST_CONFIGS",
 
 #: log2 of the numerator of the reciprocal of the standard deviation (``factor = 2**31 // std``).
 FACTOR_BIT = golden.LAYERNORM_MAX_BIT - 1
-#: Cycles of the mean unit (offset, multiply, remainder, correction, rounding).
-MEAN_STAGES = 5
+#: Cycles of the mean unit besides its two multiplications (remainder, correction and rounding
+#: decisions, rounded mean).
+MEAN_STEPS = 3
 #: Largest |bias_int| read from a file (the output then has at most 42 bits).
 BIAS_INT_MAX = 1 << 40
-#: Cycles from issuing an output read to the result entering the output FIFO (memory and ROM
-#: read, subtract mean, multiply by factor, halve and add the bias).
-OUT_STAGES = 3
+#: Attributes of a memory whose ports never read and write one address in the same cycle:
+#: yosys's ``no_rw_check`` then maps the read ports without collision logic (a multiplexer
+#: between the block RAM's output and a bypass register on ECP5).
+NO_COLLISIONS = {"no_rw_check": 1}
 
 
 def layernorm_params(hidden, seed):
@@ -257,12 +260,6 @@ class LayerNormConfig(Config, RowKernel):
         blo, bhi = self.bias_range
         return _signed_bits(lo + blo, hi + bhi)
 
-    @property
-    def sum_bits(self):
-        """Bits of the signed row sum of ``hidden`` inputs of ``in_bits``."""
-        return _signed_bits(self.hidden * -(1 << (self.in_bits - 1)),
-                            self.hidden * ((1 << (self.in_bits - 1)) - 1))
-
     # -- exact division of the row sum by H (reciprocal multiply, one correction) ----------------
 
     @property
@@ -291,16 +288,51 @@ class LayerNormConfig(Config, RowKernel):
         return (self.lanes - 1).bit_length()
 
     @property
+    def x_max(self):
+        """Largest dividend ``x = sum + mean_offset``: ``H * (2**in_bits - 1)``."""
+        return self.hidden * ((1 << self.in_bits) - 1)
+
+    @property
+    def rem_bits(self):
+        """Bits of the remainder ``x - floor(x * recip / 2**k) * H`` (below ``2 H``)."""
+        return (2 * self.hidden - 1).bit_length()
+
+    @property
+    def mean_stages(self):
+        """Cycles of the mean unit: ``x * recip`` and ``q * H`` (low :attr:`rem_bits` bits),
+        each split and registered (:func:`~hwgen.lib.wide_mul.split_multiply`), then
+        ``MEAN_STEPS``."""
+        q_bits = (self.x_max // self.hidden).bit_length()
+        return (split_multiply_stages(unsigned(self.x_max.bit_length()), self.recip)
+                + split_multiply_stages(unsigned(min(q_bits, self.rem_bits)), self.hidden)
+                + MEAN_STEPS)
+
+    @property
+    def square_stages(self):
+        """Register stages of ``((q - mean) >> shift)**2`` (split and registered)."""
+        ys = signed(max(self.in_bits + 1 - self.shift, 1))
+        return split_multiply_stages(ys, ys)
+
+    @property
+    def out_stages(self):
+        """Cycles from issuing an output read to the result entering the output FIFO: memory
+        read, read data register, ``q - mean``, then ``y * factor`` split and registered
+        (the bias is added on the way into the FIFO)."""
+        return 3 + split_multiply_stages(signed(self.in_bits + 1), unsigned(self.factor_bits))
+
+    @property
     def mean_ready(self):
         """Cycles from the first beat of a row (accepted back to back) to the cycle the mean is
         valid: ``beats - 1`` more beats, lane adder tree, accumulator, mean unit."""
-        return self.beats - 1 + self.lane_tree_latency + 1 + MEAN_STAGES
+        return self.beats - 1 + self.lane_tree_latency + 1 + self.mean_stages
 
     @property
     def var_ready(self):
         """... to the variance: reads issued the cycle after the mean, ``beats`` reads, memory,
-        subtract, square, lane adder tree, accumulator."""
-        return self.mean_ready + self.beats + 4 + self.lane_tree_latency
+        read data register, subtract, square (:attr:`square_stages`), lane adder tree,
+        accumulator."""
+        return (self.mean_ready + self.beats + 4 + self.square_stages
+                + self.lane_tree_latency)
 
     @property
     def factor_ready(self):
@@ -334,7 +366,7 @@ class LayerNormConfig(Config, RowKernel):
         the cycles from the first input beat to the last output beat, as ``hwgen sim``
         measures them."""
         rows = workload.rows
-        latency = self.output_start + OUT_STAGES + 2
+        latency = self.output_start + self.out_stages + 2
         model = {"initiation_interval": self.beats, "cycles_per_row": self.beats,
                  "latency_cycles": latency}
         if rows:
@@ -394,14 +426,18 @@ class LayerNorm(wiring.Component):
     ------
     Initiation interval ``hidden / lanes`` cycles per row: rows stream back to back, one beat per
     cycle in and out. Latency from a row's first input beat to its first output beat:
-    ``config.performance()["latency_cycles"]`` = ``2 * hidden / lanes + 2 * ceil(log2 lanes) + 16
-    + root_bits + factor_bits`` (square-root and division steps): 252 cycles at the defaults
-    (hidden=768, lanes=8, in_bits=22, shift=10).
+    ``config.performance()["latency_cycles"]`` = ``2 * hidden / lanes + 2 * ceil(log2 lanes) + 8
+    + mean_stages + square_stages + out_stages + root_bits + factor_bits`` (the stages of the
+    mean unit, the squares and the output pass, whose products are split and registered;
+    square-root and division steps): 262 cycles at the defaults (hidden=768, lanes=8,
+    in_bits=22, shift=10: 9 + 2 + 7 + 16 + 22 of them).
 
     The row is written into a circular buffer of ``config.buffer_depth`` beats while its sum
     is accumulated; the mean unit divides by ``H`` exactly; the row is then read for the
-    variance; the square root (:class:`IntSqrt`, one digit per stage) and the division
-    ``2**(31 - shift) // root`` (one quotient bit per stage) are fully pipelined; the row is read
+    variance; the square root (:func:`~hwgen.lib.registered.sqrt_pipeline`, the algorithm of
+    :class:`~hwgen.ibert.isqrt.IntSqrt`, one digit per stage) and the division
+    ``2**(31 - shift) // root`` (one quotient bit per stage) are fully pipelined, each step one
+    carry chain (:func:`~hwgen.lib.registered.compare_subtract`); the row is read
     a second time for the output. All stages up to the output read are free-running with fixed
     latency (a row's phases never collide because rows are at least ``hidden / lanes`` cycles
     apart); mean/factor tokens wait in small FIFOs for the output pass.
@@ -426,7 +462,10 @@ class LayerNorm(wiring.Component):
 
         # -- row buffer: one write port, a read port for each of the two passes ----------------
         elem = data.ArrayLayout(signed(b), lanes)
-        m.submodules.buffer = buf = memory.Memory(shape=elem, depth=depth, init=[])
+        # No cycle reads and writes one address: a beat is read for the variance after its
+        # row was written, and written again only after its output read released it.
+        m.submodules.buffer = buf = memory.Memory(shape=elem, depth=depth, init=[],
+                                                  attrs=NO_COLLISIONS)
         wr = buf.write_port()
         rd_var = buf.read_port()
         rd_out = buf.read_port()
@@ -434,11 +473,15 @@ class LayerNorm(wiring.Component):
         used = Signal(range(depth + 1))          # beats written and not yet read for output
         write = Signal()
         release = Signal()
+        # ready = used < depth, as a register computed a cycle ahead (used moves by one).
+        ready = Signal(init=1)
         m.d.comb += [
-            self.i_row.ready.eq(used < depth),
-            write.eq(self.i_row.valid & self.i_row.ready),
+            self.i_row.ready.eq(ready),
+            write.eq(self.i_row.valid & ready),
         ]
-        m.d.sync += used.eq(used + write - release)
+        m.d.sync += [used.eq(used + write - release),
+                     ready.eq(Mux(write & ~release, used < depth - 1,
+                                  (~write & release) | (used < depth)))]
 
         wp = Signal(range(depth))
         in_beat = Signal(range(beats))
@@ -458,9 +501,10 @@ class LayerNorm(wiring.Component):
         return m
 
     def _row_sum(self, m, write, first, in_beat, wp, row_start):
-        """Pass 1: the sum of the row being written, reduced as it arrives (``lanes`` wide
-        adder tree, then an accumulator). Returns ``(row_sum, valid, start)``: ``valid`` is a
-        one-cycle strobe, ``start`` the row's first buffer address."""
+        """Pass 1: the sum of the row being written plus ``mean_offset`` (so non-negative),
+        reduced as it arrives (``lanes`` wide adder tree, then an accumulator that starts at
+        the offset). Returns ``(x, valid, start)``: ``valid`` is a one-cycle strobe, ``start``
+        the row's first buffer address."""
         c = self.config
         beats, depth = c.beats, c.buffer_depth
         # -- pass 1: row sum --------------------------------------------------------------------
@@ -470,9 +514,10 @@ class LayerNorm(wiring.Component):
         t_first = delay(m, first, tree_lat, name="sum_first")
         t_last = delay(m, in_beat == beats - 1, tree_lat, name="sum_last")
         t_start = delay(m, Mux(first, wp, row_start), tree_lat, name="sum_start")
-        acc = Signal(signed(c.sum_bits))
-        acc_next = Mux(t_first, 0, acc) + lane_sum
-        row_sum = Signal(signed(c.sum_bits))
+        acc = Signal(range(c.x_max + 1))        # offset + partial sum: 0 .. x_max
+        acc_next = Signal(range(c.x_max + 1))
+        m.d.comb += acc_next.eq(Mux(t_first, c.mean_offset, acc) + lane_sum)
+        row_sum = Signal(range(c.x_max + 1))
         sum_valid = Signal()
         sum_start = Signal(range(depth))
         m.d.sync += sum_valid.eq(t_valid & t_last)
@@ -482,34 +527,45 @@ class LayerNorm(wiring.Component):
                 m.d.sync += [row_sum.eq(acc_next), sum_start.eq(t_start)]
         return row_sum, sum_valid, sum_start
 
-    def _mean(self, m, row_sum, sum_valid, sum_start):
-        """``mean = round_half_even(sum / H)`` by a multiplication with the reciprocal and one
-        correction step: ``MEAN_STAGES`` cycles. Returns ``(mean, valid, start)``."""
+    def _mean(self, m, x, sum_valid, sum_start):
+        """``mean = round_half_even(sum / H)`` from ``x = sum + mean_offset`` by a
+        multiplication with the reciprocal and one correction step, every product split and
+        registered: ``config.mean_stages`` cycles. Returns ``(mean, valid, start)``."""
         c = self.config
-        b = c.in_bits
+        b, k, hidden, mb = c.in_bits, c.recip_shift, c.hidden, c.rem_bits
         # -- mean = round_half_even(sum / H) ------------------------------------------------------
-        k, hidden = c.recip_shift, c.hidden
-        x_max = hidden * ((1 << b) - 1)
-        x1 = Signal(range(x_max + 1))
-        m.d.sync += x1.eq(row_sum + c.mean_offset)
-        prod = Signal(unsigned((x_max * c.recip).bit_length()))
-        x2 = Signal.like(x1)
-        m.d.sync += [prod.eq(x1 * c.recip), x2.eq(x1)]
-        q3 = Signal(range(x_max // hidden + 1))
-        r3 = Signal(range(2 * hidden))
-        q0 = prod >> k
-        m.d.sync += [q3.eq(q0), r3.eq(x2 - q0 * hidden)]
-        q4 = Signal.like(q3)
-        r4 = Signal(range(hidden))
-        over = r3 >= hidden
-        m.d.sync += [q4.eq(q3 + over), r4.eq(Mux(over, r3 - hidden, r3))]
-        floor_mean = Signal(signed(b + 1))
-        m.d.comb += floor_mean.eq(q4 - (1 << (b - 1)))
-        up = (2 * r4 > hidden) | ((2 * r4 == hidden) & floor_mean[0])
+        # q0 = floor(x * recip / 2**k) is floor(x / H) or one less; r0 = x - q0 H < 2 H, so its
+        # low mb bits are all of it and only q0's low mb bits matter in q0 H.
+        prod, p1 = split_multiply(m, x, c.recip, name="mrecip")
+        q_bits = (c.x_max // hidden).bit_length()
+        q0 = prod[k:k + q_bits]
+        qh, p2 = split_multiply(m, q0[:min(q_bits, mb)], hidden, name="mqh")
+        x_d = delay(m, x[:mb], p1 + p2, name="mx")
+        q0_d = delay(m, q0, p2, name="mq")
+        r0 = Signal(mb)
+        q1 = Signal(len(q0))
+        m.d.sync += [r0.eq(x_d - qh[:mb]), q1.eq(q0_d)]
+        # over = r0 >= H; the rounding decision for either outcome: 2 r > H, or 2 r == H and
+        # the floor odd, with r = r0 - over * H (q - 2**(b-1) has q's parity).
+        over, _ = compare_subtract(m, r0, hidden, name="mover")
+        half = hidden // 2
+        tie = hidden % 2 == 0
+        up0 = (r0 > half) | ((r0 == half) & q1[0]) if tie else r0 > half
+        up1 = ((r0 > hidden + half) | ((r0 == hidden + half) & ~q1[0]) if tie
+               else r0 > hidden + half)
+        q2 = Signal(len(q0))
+        s_over, s_up0, s_up1 = Signal(), Signal(), Signal()
+        m.d.sync += [q2.eq(q1), s_over.eq(over), s_up0.eq(up0), s_up1.eq(up1)]
+        # mean = q + over + up - 2**(b-1): the rounded quotient stays below 2**b.
+        inc = Signal(2)
+        m.d.comb += inc.eq(s_over + Mux(s_over, s_up1, s_up0))
+        total = Signal(b)
+        m.d.comb += total.eq(q2 + inc)
         mean = Signal(signed(b))
-        m.d.sync += mean.eq(floor_mean + up)
-        mean_valid = delay(m, sum_valid, MEAN_STAGES, name="mean_valid")
-        mean_start = delay(m, sum_start, MEAN_STAGES, name="mean_start")
+        m.d.sync += mean.eq(Cat(total[:b - 1], ~total[b - 1]))
+        assert p1 + p2 + MEAN_STEPS == c.mean_stages
+        mean_valid = delay(m, sum_valid, c.mean_stages, name="mean_valid")
+        mean_start = delay(m, sum_start, c.mean_stages, name="mean_start")
         return mean, mean_valid, mean_start
 
     def _variance(self, m, rd_var, mean, mean_valid, mean_start):
@@ -534,29 +590,34 @@ class LayerNorm(wiring.Component):
         with m.If(mean_valid):          # rows are >= beats cycles apart: the pass has ended
             m.d.sync += [v_active.eq(1), v_addr.eq(mean_start), v_beat.eq(0),
                          v_mean.eq(mean), v_start.eq(mean_start)]
-        r_valid = delay(m, v_active, 1, name="vr_valid")
-        r_first = delay(m, v_active & (v_beat == 0), 1, name="vr_first")
-        r_last = delay(m, v_active & v_last, 1, name="vr_last")
-        r_mean = delay(m, v_mean, 1, name="vr_mean")
-        r_start = delay(m, v_start, 1, name="vr_start")
+        # Side band aligned with the read data's register (two cycles after the read).
+        r_valid = delay(m, v_active, 2, name="vr_valid")
+        r_first = delay(m, v_active & (v_beat == 0), 2, name="vr_first")
+        r_last = delay(m, v_active & v_last, 2, name="vr_last")
+        r_mean = delay(m, v_mean, 2, name="vr_mean")
+        r_start = delay(m, v_start, 2, name="vr_start")
         squares = []
         ys_bits = max(b + 1 - c.shift, 1)
         sq_bits = max((c.ys_max(b, c.shift) ** 2).bit_length(), 1)
+        # The read data go straight into a register; the square is split and registered.
+        v_data = Signal.like(rd_var.data)
+        m.d.sync += v_data.eq(rd_var.data)
         for lane in range(lanes):
             y = Signal(signed(b + 1), name=f"vy{lane}")
-            sq = Signal(unsigned(sq_bits), name=f"vsq{lane}")
             ys = Signal(signed(ys_bits), name=f"vys{lane}")
-            m.d.sync += y.eq(rd_var.data[lane] - r_mean)
+            m.d.sync += y.eq(v_data[lane] - r_mean)
             m.d.comb += ys.eq(y >> c.shift)
-            m.d.sync += sq.eq(ys * ys)
-            squares.append(sq)
+            sq, sq_lat = split_multiply(m, ys, ys, name=f"vsq{lane}")
+            assert sq_lat == c.square_stages
+            squares.append(sq[:sq_bits])
         sq_sum, vtree_lat = adder_tree(m, squares, name="sqsum", shape=unsigned(c.var_bits))
         assert vtree_lat == c.lane_tree_latency
-        s_valid = delay(m, r_valid, 2 + vtree_lat, name="sq_valid")
-        s_last = delay(m, r_last, 2 + vtree_lat, name="sq_last")
-        s_first = delay(m, r_first, 2 + vtree_lat, name="sq_first")
-        s_mean = delay(m, r_mean, 2 + vtree_lat, name="sq_mean")
-        s_start = delay(m, r_start, 2 + vtree_lat, name="sq_start")
+        lag = 1 + c.square_stages + vtree_lat
+        s_valid = delay(m, r_valid, lag, name="sq_valid")
+        s_last = delay(m, r_last, lag, name="sq_last")
+        s_first = delay(m, r_first, lag, name="sq_first")
+        s_mean = delay(m, r_mean, lag, name="sq_mean")
+        s_start = delay(m, r_start, lag, name="sq_start")
         vacc = Signal(unsigned(c.var_bits))
         vacc_next = Mux(s_first, 0, vacc) + sq_sum
         var = Signal(unsigned(c.sqrt_width))
@@ -577,14 +638,13 @@ class LayerNorm(wiring.Component):
         return var, var_valid, side, side_fifo
 
     def _factor(self, m, var, var_valid):
-        """``factor = floor(2**(31 - shift) / isqrt(var))`` (:class:`IntSqrt`, then
+        """``factor = floor(2**(31 - shift) / isqrt(var))`` (:func:`sqrt_pipeline`, then
         :meth:`_reciprocal`), queued in the returned ``factor_fifo`` for the output pass."""
         c = self.config
         # -- std and factor = floor(2**(31 - shift) / isqrt(var)) --------------------------------
-        m.submodules.sqrt = sqrt = IntSqrt(c.sqrt_width)
-        m.d.comb += [sqrt.i.valid.eq(var_valid), sqrt.i.payload.v.eq(var)]
-        assert sqrt.latency == c.root_bits
-        factor, factor_valid = self._reciprocal(m, sqrt.o.payload.root, sqrt.o.valid)
+        root, root_valid, latency = sqrt_pipeline(m, var, var_valid, c.sqrt_width, name="sqrt")
+        assert latency == c.root_bits
+        factor, factor_valid = self._reciprocal(m, root, root_valid)
         m.submodules.factor_fifo = factor_fifo = fifo.SyncFIFO(width=c.factor_bits,
                                                                depth=c.token_depth)
         m.d.comb += [factor_fifo.w_data.eq(factor), factor_fifo.w_en.eq(factor_valid)]
@@ -597,7 +657,7 @@ class LayerNorm(wiring.Component):
         c = self.config
         lanes, beats, depth, b = c.lanes, c.beats, c.buffer_depth, c.in_bits
         # -- pass 3: out = floor(y * factor / 2) + bias_int ---------------------------------------
-        m.submodules.out = out = CreditBuffer(row_out(lanes, c.out_bits), latency=OUT_STAGES)
+        m.submodules.out = out = CreditBuffer(row_out(lanes, c.out_bits), latency=c.out_stages)
         wiring.connect(m, wiring.flipped(self.o_row), out.o)
         bias = c.constants["bias_int"].reshape(beats, lanes)
         m.submodules.bias_rom = rom = memory.Memory(
@@ -622,7 +682,7 @@ class LayerNorm(wiring.Component):
             factor_fifo.r_en.eq(load),
             side_fifo.r_en.eq(load),
             rd_out.addr.eq(o_addr),
-            rd_bias.addr.eq(o_beat),
+            rd_bias.addr.eq(delay(m, o_beat, c.out_stages - 3, name="obias_beat")),
         ]
         with m.If(issue):
             m.d.sync += [o_addr.eq(_wrap_inc(o_addr, depth)),
@@ -633,41 +693,51 @@ class LayerNorm(wiring.Component):
             m.d.sync += [o_active.eq(1), o_addr.eq(side_r.start), o_beat.eq(0),
                          o_mean.eq(side_r.mean), o_factor.eq(factor_fifo.r_data)]
 
-        p_valid = delay(m, issue, 1, name="or_valid")
-        p_last = delay(m, issue & o_last, 1, name="or_last")
-        p_mean = delay(m, o_mean, 1, name="or_mean")
-        p_factor = delay(m, o_factor, 2, name="or_factor")
+        # The read data go straight into registers (cycle 2 after the issue), y = q - mean
+        # (cycle 3), then y * factor split and registered. The bias ROM is read late, so that
+        # its second register holds the bias in the cycle of the product (the first stays by
+        # the block RAM, the second by the adders).
+        o_data = Signal.like(rd_out.data)
+        o_bias = Signal.like(rd_bias.data)
+        o_bias2 = Signal.like(rd_bias.data)
+        m.d.sync += [o_data.eq(rd_out.data), o_bias.eq(rd_bias.data), o_bias2.eq(o_bias)]
+        p_mean = delay(m, o_mean, 2, name="or_mean")
+        # Each lane's multipliers read their own copy of the factor.
+        p_factor = register_copies(m, o_factor, lanes, 3, name="or_factor")
+        mul_lat = c.out_stages - 3
         for lane in range(lanes):
             y = Signal(signed(b + 1), name=f"oy{lane}")
-            bias_y = Signal(signed(c.bias_bits), name=f"obias{lane}")
-            prod = Signal(signed(FACTOR_BIT + 2), name=f"oprod{lane}")   # 2 * norm_range
-            bias_p = Signal(signed(c.bias_bits), name=f"obias_p{lane}")
-            m.d.sync += [y.eq(rd_out.data[lane] - p_mean), bias_y.eq(rd_bias.data[lane]),
-                         prod.eq(y * p_factor),
-                         bias_p.eq(bias_y)]
-            m.d.comb += out.i.payload.y[lane].eq((prod >> 1) + bias_p)
-        m.d.comb += [out.i.valid.eq(delay(m, p_valid, 2, name="oprod_valid")),
-                     out.i.payload.last.eq(delay(m, p_last, 2, name="oprod_last"))]
+            m.d.sync += y.eq(o_data[lane] - p_mean)
+            prod, lat = split_multiply(m, y, p_factor[lane], name=f"oprod{lane}")
+            assert lat == mul_lat
+            prod = prod[:FACTOR_BIT + 2].as_signed()                 # 2 * norm_range
+            m.d.comb += out.i.payload.y[lane].eq((prod >> 1) + o_bias2[lane])
+        lag = c.out_stages
+        m.d.comb += [out.i.valid.eq(delay(m, issue, lag, name="oprod_valid")),
+                     out.i.payload.last.eq(delay(m, issue & o_last, lag, name="oprod_last"))]
 
     def _reciprocal(self, m, root, valid):
-        """``floor(2**(31 - shift) / root)`` (0 for ``root == 0``), restoring division with one
-        quotient bit per pipeline stage. Returns ``(factor, valid)``."""
+        """``floor(2**(31 - shift) / root)`` (0 for ``root == 0``, a flag that travels with the
+        steps), restoring division with one quotient bit per pipeline stage, each step one
+        carry chain (:func:`compare_subtract`). Returns ``(factor, valid)``."""
         c = self.config
         nb, rb = c.factor_bits, c.root_bits
         rem = Const(0, 1)
         quot = Const(0, 0)
+        zero = root == 0
         for i in range(nb - 1, -1, -1):
             cur = Cat(Const(int(i == nb - 1), 1), rem)      # (rem << 1) | numerator bit i
-            take = cur >= root
+            take, rest = compare_subtract(m, cur, root, name=f"ddiff{i}")
             s_rem = Signal(unsigned(rb), name=f"drem{i}")
             s_quot = Signal(unsigned(nb - i), name=f"dquot{i}")
             s_root = Signal(unsigned(rb), name=f"droot{i}")
+            s_zero = Signal(name=f"dzero{i}")
             s_valid = Signal(name=f"dvalid{i}")
-            m.d.sync += [s_rem.eq(Mux(take, cur - root, cur)), s_quot.eq(Cat(take, quot)),
-                         s_root.eq(root), s_valid.eq(valid)]
-            rem, quot, root, valid = s_rem, s_quot, s_root, s_valid
+            m.d.sync += [s_rem.eq(rest), s_quot.eq(Cat(take, quot)),
+                         s_root.eq(root), s_zero.eq(zero), s_valid.eq(valid)]
+            rem, quot, root, zero, valid = s_rem, s_quot, s_root, s_zero, s_valid
         factor = Signal(unsigned(nb))
-        m.d.comb += factor.eq(Mux(root == 0, 0, quot))
+        m.d.comb += factor.eq(Mux(zero, 0, quot))
         return factor, valid
 
 
