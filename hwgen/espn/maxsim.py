@@ -64,11 +64,11 @@ class MaxSimConfig(Config):
     @property
     def pipeline_latency(self):
         """Cycles from a step's issue to its score entering the output FIFO: lane 0's memory
-        read, read-data register, multiplier input register, product register and dot-product
-        adder tree; the ``lanes`` cycles of the systolic row (lane ``p`` runs ``p`` cycles
+        read, read-data register, two multiplier input registers, two product registers and
+        the dot-product adder tree; the ``lanes`` cycles of the systolic row (lane ``p`` runs ``p`` cycles
         behind lane 0; running max, then the lane sum, one adder per lane), the accumulator
         and its register feeding the FIFO."""
-        return 5 + self.dot_tree_latency + self.lanes
+        return 7 + self.dot_tree_latency + self.lanes
 
     @property
     def latency(self):
@@ -219,7 +219,7 @@ class MaxSim(wiring.Component):
     Initiation interval ``G = ceil(q_tokens / lanes)`` cycles per document token (tokens of
     one document and of successive documents and batches follow without gaps while
     ``i_docs`` is valid); one score per document, so up to one score every ``G`` cycles
-    (one-token documents). Latency ``7 + ceil(log2 dim) + lanes`` cycles from the
+    (one-token documents). Latency ``9 + ceil(log2 dim) + lanes`` cycles from the
     handshake of a document's last token (its last step) to its score's handshake
     (:attr:`MaxSimConfig.latency`); ``G - 1`` cycles more from that token's first cycle of
     TVALID. A query loads one token per cycle; a batch's documents start two cycles after
@@ -379,8 +379,12 @@ class MaxSim(wiring.Component):
         # register feeding a multiplier feeds that multiplier (and the next lane's copy) only,
         # and the maxima are added by a chain of adders, one per lane, in step with the row.
         # Step issued in cycle 0; lane p: address in cycle p, read data registered in p + 1,
-        # multiplier inputs in p + 2, products in p + 3, dot product in p + t_dot.
-        t_dot = 3 + c.dot_tree_latency
+        # the lane's operand registers in p + 2, each multiplier's own input registers in
+        # p + 3, products in p + 4 and p + 5, dot product in p + t_dot. With most of the
+        # device's DSPs in use they are spread over the die: a multiplier's own input and
+        # product registers can sit beside it, and the registers before and after them take
+        # the long routes with no logic in the path.
+        t_dot = 5 + c.dot_tree_latency
         addr = _taps(m, Cat(g, rbank), P - 1, "addr")
         tok = _taps(m, payload.tok, P + 1, "tok")
         valid = _taps(m, issue, t_dot + P + 1, "v")
@@ -400,9 +404,12 @@ class MaxSim(wiring.Component):
             m.d.sync += q_reg.eq(rd.data)
             prods = []
             for k in range(D):
+                q_op = Signal(signed(8), name=f"q_op{p}_{k}")
+                tok_op = Signal(signed(8), name=f"tok_op{p}_{k}")
                 prod = Signal(signed(16), name=f"prod{p}_{k}")
-                m.d.sync += prod.eq(q_reg[k] * tok[p + 2][k])
-                prods.append(prod)
+                m.d.sync += [q_op.eq(q_reg[k]), tok_op.eq(tok[p + 2][k]),
+                             prod.eq(q_op * tok_op)]
+                prods.append(delay(m, prod, 1, name=f"prod{p}_{k}"))
             dot, tree = adder_tree(m, prods, name=f"dot{p}")
             assert tree == c.dot_tree_latency
             dots.append(dot)

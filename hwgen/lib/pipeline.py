@@ -139,7 +139,7 @@ def sum_shape(shapes):
     return unsigned(max(total_max.bit_length(), 1))
 
 
-def adder_tree(m, values, *, name="sum", shape=None):
+def adder_tree(m, values, *, name="sum", shape=None, reset_less=False):
     """Add ``values`` with a pipelined binary tree, one register per level.
 
     Parameters
@@ -152,6 +152,9 @@ def adder_tree(m, values, *, name="sum", shape=None):
         Result shape; default the exact width that cannot overflow (:func:`sum_shape`),
         computed from operand widths. Give a narrower shape only when a tighter value bound is
         known (e.g. operands that never reach their full range).
+    reset_less : bool
+        Registers without reset: a datapath's synchronous reset is one net to every register,
+        which the placer pulls together, away from the arithmetic.
 
     Returns
     -------
@@ -168,11 +171,12 @@ def adder_tree(m, values, *, name="sum", shape=None):
             part = sum_shape([level[k].shape(), level[k + 1].shape()])
             if part.width > out_shape.width:
                 part = out_shape
-            reg = Signal(part, name=f"{name}_l{latency}_{k // 2}")
+            reg = Signal(part, name=f"{name}_l{latency}_{k // 2}", reset_less=reset_less)
             m.d.sync += reg.eq(level[k] + level[k + 1])
             nxt.append(reg)
         if len(level) % 2:
-            reg = Signal(level[-1].shape(), name=f"{name}_l{latency}_pass")
+            reg = Signal(level[-1].shape(), name=f"{name}_l{latency}_pass",
+                         reset_less=reset_less)
             m.d.sync += reg.eq(level[-1])
             nxt.append(reg)
         level, latency = nxt, latency + 1
@@ -181,10 +185,11 @@ def adder_tree(m, values, *, name="sum", shape=None):
     return result, latency
 
 
-def delay(m, value, cycles, *, name="delayed"):
-    """``value`` delayed by ``cycles`` registers in the ``sync`` domain (reset to 0)."""
+def delay(m, value, cycles, *, name="delayed", reset_less=False):
+    """``value`` delayed by ``cycles`` registers in the ``sync`` domain (reset to 0, or no reset
+    with ``reset_less``)."""
     for k in range(cycles):
-        reg = Signal.like(value, name=f"{name}_d{k + 1}")
+        reg = Signal.like(value, name=f"{name}_d{k + 1}", reset_less=reset_less)
         m.d.sync += reg.eq(value)
         value = reg
     return value

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -31,7 +31,8 @@ from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.intmath import ceil_div
-from ..lib.pipeline import adder_tree, delay
+from ..lib.pipeline import adder_tree, delay, sum_shape
+from ..lib.registered import register_copies
 from . import golden
 
 __all__ = ["FCConfig", "FC", "FCModel", "TEST_CONFIGS", "input_layout", "output_layout"]
@@ -102,11 +103,34 @@ class FCConfig(Config):
         return (self.mults - 1).bit_length()
 
     @property
+    def copy_levels(self):
+        """Register levels of the tree that gives each of the ``pes`` PEs its own copy of a
+        value (:func:`~hwgen.lib.registered.register_copies`): ``ceil(log2(pes))``."""
+        return (self.pes - 1).bit_length()
+
+    @property
+    def broadcast_latency(self):
+        """Cycles from issuing a step to its operands in the multipliers' input registers: the
+        PEs' copies of the address counters' control (:attr:`copy_levels`), the counter, the
+        memory read and the weight register beside the multiplier (2); the input word follows
+        the same delay."""
+        return self.copy_levels + 2
+
+    @property
+    def partial_shape(self):
+        """Shape of a multiplier's sum over a row's ``S`` steps: exact for ``S`` products of
+        ``act_bits x weight_bits`` signed, at most the ``ACC_BITS`` accumulator (which the
+        weights keep the whole row's sum within; a narrower wrap-around is exact)."""
+        prod = signed(self.act_bits + self.weight_bits)
+        shape = sum_shape([prod] * self.steps)
+        return shape if shape.width <= golden.ACC_BITS else signed(golden.ACC_BITS)
+
+    @property
     def round_latency(self):
-        """Cycles from issuing a round's last step to its results in the output bank: input
-        word and weight read, product, adder tree, accumulate, bias, ReLU + rounding, clamp,
-        bank write."""
-        return 7 + self.tree_latency
+        """Cycles from issuing a round's last step to its results in the output bank: operands
+        (:attr:`broadcast_latency`), product, the multipliers' sums (the first starts from the
+        bias), adder tree, ReLU + rounding, clamp, bank write."""
+        return 5 + self.broadcast_latency + self.tree_latency
 
     def beat_rounds(self, beat):
         """Rounds that must be complete before output beat ``beat`` can be sent."""
@@ -229,6 +253,12 @@ class FCConfig(Config):
                 "latency_cycles": perf["latency_cycles"]}
 
 
+# Nothing of the PEs' datapath has a reset (only the control does): a synchronous reset is one
+# net to thousands of flip-flops, which the placer pulls together, away from the multipliers.
+# In a test design of 8 x 8 multipliers with adder trees (nextpnr-ecp5, LFE5U-85F), a reset on
+# the trees' registers and half the input copies took the Fmax from 135.6 to 101.7 MHz.
+
+
 def input_layout(config):
     """Payload of :class:`FC`'s ``i_x``: ``x`` (``lanes`` signed ``act_bits`` elements) and
     ``last``."""
@@ -269,11 +299,15 @@ class FC(wiring.Component):
     * Load buffer: a register per input element, written directly from its beat lane (no
       alignment network); a complete vector is copied in one cycle into the compute buffer,
       which frees the load buffer for the next vector.
-    * Broadcast: in each step ``j`` the compute buffer's word ``x[j * mults ..]`` is
-      registered and fanned out to all PEs.
-    * PE ``p`` (``pes`` of them): weight memory of ``R * S`` words of ``mults`` weights
-      (address ``r * S + j``), ``mults`` multipliers, a pipelined adder tree, an accumulator
-      over the ``S`` steps, a bias memory of ``R`` words, ReLU, round half to even and clamp.
+    * Broadcast: the compute buffer rotates by one word per cycle, so that its first word is
+      step ``j``'s ``x[j * mults ..]`` (no multiplexer); a binary tree of registers
+      (:func:`~hwgen.lib.registered.register_copies`) gives every PE its own copy of that
+      word, one register per multiplier input.
+    * PE ``p`` (``pes`` of them): ``mults`` multipliers, each with its own weight memory of
+      ``R * S`` weights (address ``r * S + j``, from its own counter), weight and product
+      registers and a sum over the row's ``S`` steps; a pipelined adder tree over those sums,
+      a bias memory of ``R`` words, ReLU, round half to even and clamp. Apart from the
+      control, nothing in the PEs has a reset (see the note above :func:`input_layout`).
     * Gather: ``out_banks`` banks of ``out_dim`` result registers; round ``r`` of PE ``p``
       writes output ``r * pes + p`` of its inference's bank, and output beats are read from
       the banks in order, each as soon as the rounds it needs are complete (beats do not
@@ -306,8 +340,8 @@ class FC(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         load, loaded, start = self._load(m)
-        busy, j, r, waddr, ibank, release, comp = self._issue(m, load, loaded, start)
-        results = self._pes(m, comp, j, r, waddr)
+        busy, j, r, step, ibank, release, comp = self._issue(m, load, loaded, start)
+        results = self._pes(m, comp, j, r, step)
         self._gather(m, results, busy, j, r, ibank, release)
         return m
 
@@ -345,80 +379,109 @@ class FC(wiring.Component):
     def _issue(self, m, load, loaded, start):
         """Issue: copies a loaded vector into the compute buffer ``comp`` (driving ``start``)
         when an output bank is free, then steps ``j`` (weight word) of round ``r``, one per
-        cycle. Returns ``(busy, j, r, waddr, ibank, release, comp)``; ``release`` (driven by
-        :meth:`_gather`) frees an output bank."""
+        cycle. Returns ``(busy, j, r, step, ibank, release, comp)``: ``step`` is ``(start,
+        advance)``, what the weight address ``r * S + j`` does at the end of the cycle (restart
+        at 0, or count on); ``release`` (driven by :meth:`_gather`) frees an output bank.
+
+        ``comp`` holds ``S`` words of ``mults`` elements (zeros past in_dim) and rotates by one
+        word every cycle it does not load, so that its word 0 is the word of step ``j`` while
+        busy: the broadcast needs no multiplexer."""
         c = self.config
-        S, R, NB = c.steps, c.rounds, c.out_banks
+        S, R, K, NB = c.steps, c.rounds, c.mults, c.out_banks
         xs = signed(c.act_bits)
         # -- issue: step j of round r, one per cycle while busy ---------------------------------
-        comp = [Signal(xs, name=f"comp{k}", reset_less=True) for k in range(c.in_dim)]
+        comp = [[Signal(xs, name=f"comp{w * K + k}", reset_less=True) for k in range(K)]
+                for w in range(S)]
         busy = Signal()
         j, r = Signal(range(S)), Signal(range(R))
-        waddr = Signal(range(R * S))       # r * S + j
         ibank = Signal(range(NB))          # output bank of the inference being issued
         nbank = Signal(range(NB))          # bank of the next inference to start
         reserved = Signal(range(NB + 1))   # banks of started inferences not yet sent out
         release = Signal()
-        last_step = Signal()
-        m.d.comb += [
-            last_step.eq(busy & (j == S - 1) & (r == R - 1)),
-            start.eq(loaded & (~busy | last_step) & (reserved < NB)),
-        ]
+        # registered flags, so that ``start`` is one gate of registers: this cycle issues the
+        # inference's last step (``left`` counts the steps after it); every bank is reserved
+        last_step, full = Signal(), Signal()
+        left = Signal(range(R * S), reset_less=True)
+        m.d.comb += start.eq(loaded & (~busy | last_step) & ~full)
+        # rotates every cycle; a load (below) takes precedence
+        m.d.sync += [comp[w][k].eq(comp[(w + 1) % S][k]) for w in range(S) for k in range(K)]
+        step = Cat(start, busy & ~last_step)
         with m.If(start):
-            m.d.sync += [busy.eq(1), j.eq(0), r.eq(0), waddr.eq(0), ibank.eq(nbank),
-                         nbank.eq(Mux(nbank == NB - 1, 0, nbank + 1))]
-            m.d.sync += [dst.eq(src) for dst, src in zip(comp, load)]
+            m.d.sync += [busy.eq(1), j.eq(0), r.eq(0), ibank.eq(nbank),
+                         nbank.eq(Mux(nbank == NB - 1, 0, nbank + 1)),
+                         left.eq(R * S - 1), last_step.eq(R * S == 1)]
+            m.d.sync += [comp[w][k].eq(load[w * K + k] if w * K + k < c.in_dim else 0)
+                         for w in range(S) for k in range(K)]
         with m.Elif(last_step):
-            m.d.sync += busy.eq(0)
+            m.d.sync += [busy.eq(0), last_step.eq(0)]
         with m.Elif(busy):
-            m.d.sync += [j.eq(Mux(j == S - 1, 0, j + 1)), waddr.eq(waddr + 1)]
+            m.d.sync += [j.eq(Mux(j == S - 1, 0, j + 1)), left.eq(left - 1),
+                         last_step.eq(left == 1)]
             with m.If(j == S - 1):
                 m.d.sync += r.eq(r + 1)
-        m.d.sync += reserved.eq(reserved + start - release)
-        return busy, j, r, waddr, ibank, release, comp
+        reserved_next = Signal.like(reserved)
+        m.d.comb += reserved_next.eq(reserved + start - release)
+        m.d.sync += [reserved.eq(reserved_next), full.eq(reserved_next == NB)]
+        return busy, j, r, step, ibank, release, comp
 
-    def _pes(self, m, comp, j, r, waddr):
-        """The broadcast word (``mults`` elements of ``comp``, registered) and the PEs: each
-        multiplies it by its weight word, sums, accumulates over a round's steps, adds the
-        bias and requantises. Returns the PEs' results (``round_latency`` after the step)."""
+    def _pes(self, m, comp, j, r, step):
+        """The PEs. Each multiplier is an island: its own weight memory (the column of the PE's
+        weights it multiplies) read at the address of its own counter, the weight and input
+        registers beside it, the product register and an accumulator over the row's steps
+        (the first multiplier's starts from the row's bias). The PE adds its multipliers' sums
+        with a pipelined tree and requantises. Returns the PEs' results (``round_latency``
+        after a round's last step).
+
+        Nothing ties the islands together but registers of bounded fanout (see
+        :func:`~hwgen.lib.registered.register_copies`): per PE, copies of the input word (one
+        register per multiplier input), of the address counters' ``step`` control, of the
+        first-step flag and of the bias address. A multiplier's critical paths (its input
+        registers to its product register) then stay inside its island, wherever the placer
+        puts the DSP."""
         c = self.config
         S, R, K = c.steps, c.rounds, c.mults
-        xs = signed(c.act_bits)
+        xs, ws = signed(c.act_bits), signed(c.weight_bits)
         acc_shape = signed(golden.ACC_BITS)
-        # -- broadcast word (registered; zero past in_dim) ---------------------------------------
-        xw = Signal(data.ArrayLayout(xs, K), reset_less=True)
-        with m.Switch(j):
-            for jj in range(S):
-                with m.Case(jj):
-                    m.d.sync += [xw[k].eq(comp[jj * K + k] if jj * K + k < c.in_dim else 0)
-                                 for k in range(K)]
+        T, L, Lc, P = c.tree_latency, c.broadcast_latency, c.copy_levels, c.pes
 
-        # -- PEs ----------------------------------------------------------------------------------
-        T = c.tree_latency
-        first = delay(m, j == 0, 2 + T, name="first")          # with the tree's sum
-        bias_addr = delay(m, r, 2 + T, name="bias_addr")        # read with the final acc
+        def copies(value, extra, name):          # one per PE, Lc + extra cycles later
+            value = delay(m, value, extra, name=name, reset_less=True)
+            return register_copies(m, value, P, Lc, name=name, reset_less=True)
+        xws = copies(Cat(*comp[0]), L - Lc, "x")
+        steps = copies(step, 0, "step")
+        firsts = copies(j == 0, 1 + L - Lc, "first")
+        bias_addrs = copies(r, L - Lc, "bias_addr")
         results = []
         for p, (wwords, bwords) in enumerate(zip(c.weight_words(), c.bias_words())):
-            wmem = memory.Memory(shape=data.ArrayLayout(signed(c.weight_bits), K),
-                                 depth=R * S, init=wwords)
+            xw = data.ArrayLayout(xs, K)(xws[p])
+            start, advance = steps[p][0], steps[p][1]
             bmem = memory.Memory(shape=acc_shape, depth=R, init=bwords)
-            m.submodules[f"pe{p}_w"], m.submodules[f"pe{p}_b"] = wmem, bmem
-            w_rd, b_rd = wmem.read_port(), bmem.read_port()
-            m.d.comb += [w_rd.addr.eq(waddr), b_rd.addr.eq(bias_addr)]
-            prods = []
+            m.submodules[f"pe{p}_b"] = bmem
+            b_rd = bmem.read_port()
+            m.d.comb += b_rd.addr.eq(bias_addrs[p])
+            sums = []
             for k in range(K):
+                # the step's weight address r * S + j, Lc cycles late (as its control)
+                addr = Signal(range(R * S), name=f"pe{p}_addr{k}", reset_less=True)
+                m.d.sync += addr.eq(Mux(start, 0, Mux(advance, addr + 1, addr)))
+                wmem = memory.Memory(shape=ws, depth=R * S, init=[w[k] for w in wwords])
+                m.submodules[f"pe{p}_w{k}"] = wmem
+                w_rd = wmem.read_port()
+                m.d.comb += w_rd.addr.eq(addr)
+                wq = delay(m, w_rd.data, 1, name=f"pe{p}_wq{k}", reset_less=True)
                 prod = Signal(signed(c.act_bits + c.weight_bits), name=f"pe{p}_prod{k}",
                               reset_less=True)
-                m.d.sync += prod.eq(xw[k] * w_rd.data[k])
-                prods.append(prod)
-            total, lat = adder_tree(m, prods, name=f"pe{p}_sum", shape=acc_shape)
+                m.d.sync += prod.eq(xw[k] * wq)
+                # the multiplier's sum over the row's steps: the first step restarts it, from
+                # the row's bias for the first multiplier, from 0 for the others
+                part = Signal(acc_shape if k == 0 else c.partial_shape, name=f"pe{p}_part{k}",
+                              reset_less=True)
+                m.d.sync += part.eq(prod + Mux(firsts[p], b_rd.data if k == 0 else 0, part))
+                sums.append(part)
+            total, lat = adder_tree(m, sums, name=f"pe{p}_sum", shape=acc_shape,
+                                    reset_less=True)
             assert lat == T
-            # Accumulates every cycle; the first step of each row restarts it.
-            acc = Signal(acc_shape, name=f"pe{p}_acc", reset_less=True)
-            m.d.sync += acc.eq(Mux(first, total, acc + total))
-            y = Signal(acc_shape, name=f"pe{p}_y", reset_less=True)
-            m.d.sync += y.eq(acc + b_rd.data)
-            results.append(self._requantise(m, y, p))
+            results.append(self._requantise(m, total, p))
         return results
 
     def _gather(self, m, results, busy, j, r, ibank, release):
@@ -481,21 +544,24 @@ class FC(wiring.Component):
             m.d.sync += self.o_y.valid.eq(0)
 
     def _requantise(self, m, y, p):
-        """ReLU and rounding (one register), clamp (one register) of PE ``p``'s result."""
+        """ReLU and rounding (one register), clamp (one register) of PE ``p``'s result ``y``
+        (``x @ W^T + b``, signed ``ACC_BITS``).
+
+        ReLU tests the sign bit (no comparator). Round half to even of ``pos / 2**s`` is one
+        adder, ``(pos + 2**(s-1) - 1 + pos[s]) >> s`` (``pos[s]`` is the quotient's lowest bit),
+        with ``pos[s]`` as its carry-in: one carry chain between the registers."""
         c = self.config
         s = c.shift if c.out_bits else 0
         pos = Signal(y.shape(), name=f"pe{p}_relu")
-        m.d.comb += pos.eq(Mux(y < 0, 0, y) if c.relu else y)
+        m.d.comb += pos.eq(Mux(y[-1], 0, y) if c.relu else y)
         if s:
             width = max(golden.ACC_BITS + 1, s + 2)
             wide = Signal(signed(width), name=f"pe{p}_wide")
             m.d.comb += wide.eq(pos)
-            q = wide >> s
-            rem = wide[:s]
-            half = 1 << (s - 1)
-            up = (rem > half) | ((rem == half) & q[0])
             rounded = Signal(signed(width - s + 1), name=f"pe{p}_rounded", reset_less=True)
-            m.d.sync += rounded.eq(q + up)
+            # 2**(s-1) - 1 + pos[s] as one s-bit operand: pos[s] above s - 1 copies of ~pos[s]
+            odd = wide[s]
+            m.d.sync += rounded.eq((wide + Cat(*([~odd] * (s - 1)), odd)) >> s)
         else:
             rounded = Signal(y.shape(), name=f"pe{p}_rounded", reset_less=True)
             m.d.sync += rounded.eq(pos)
