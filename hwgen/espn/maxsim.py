@@ -65,9 +65,9 @@ class MaxSimConfig(Config):
     def pipeline_latency(self):
         """Cycles from a step's issue to its score entering the output FIFO: lane 0's memory
         read, read-data register, two multiplier input registers, two product registers and
-        the dot-product adder tree; the ``lanes`` cycles of the systolic row (lane ``p`` runs ``p`` cycles
-        behind lane 0; running max, then the lane sum, one adder per lane), the accumulator
-        and its register feeding the FIFO."""
+        the dot-product adder tree; the ``lanes`` cycles of the systolic row (lane ``p`` runs
+        ``p`` cycles behind lane 0; running max, then the lane sum, one adder per lane), the
+        accumulator and its register feeding the FIFO."""
         return 7 + self.dot_tree_latency + self.lanes
 
     @property

@@ -87,8 +87,9 @@ class Gateway(wiring.Component):
 
     Latency: store-and-forward in the decoder (a packet leaves ``beats + 2`` cycles after its
     first beat), one more beat in the stripper, :data:`REGISTER_STAGES` register stages, then
-    the GMI kernel's own latency or none (forwarding). Throughput one beat per cycle. Backpressure: an output that stalls blocks
-    the switch only while a packet for it is at the head; dropped packets never wait.
+    the GMI kernel's own latency or none (forwarding). Throughput one beat per cycle.
+    Backpressure: an output that stalls blocks the switch only while a packet for it is at the
+    head; dropped packets never wait.
     """
 
     def __init__(self, config):
