@@ -10,7 +10,8 @@ Rules (UltraScale+):
 =============================  ==============================================================
 netlist cell                   counted as
 =============================  ==============================================================
-flip-flop                      one FF per bit
+flip-flop                      one FF per bit; flip-flops with the same data, clock and
+                               init count once (yosys ``opt_merge`` merges them)
 ``*`` (neither operand a       DSP48E2: ``ceil(a / 27) * ceil(b / 18)`` for the operand widths
 power of two)                  after stripping sign and zero extension (``a >= b``; an
                                operand that was zero-extended gains a sign bit, the DSP being
@@ -146,9 +147,12 @@ def count(netlist):
     ``_nir.Netlist`` by the rules of the module docstring."""
     total = {"lut": 0, "ff": 0, "bram18": 0, "uram": 0, "dsp": 0}
     reads, writes = {}, {}
+    flip_flops = set()
     for cell in netlist.cells:
         if isinstance(cell, _nir.FlipFlop):
-            total["ff"] += len(cell.data)
+            key = (tuple(cell.data), cell.clk, cell.clk_edge, cell.arst, cell.init)
+            total["ff"] += 0 if key in flip_flops else len(cell.data)
+            flip_flops.add(key)
         elif isinstance(cell, _nir.Operator):
             width = len(cell.inputs[0]) if cell.operator in _REDUCE else None
             if width is None:

@@ -32,7 +32,11 @@ from . import golden
 from .matrix_common import ceil_div, matrix_int8, matrix_sizes, random_int8
 from .param_files import int_array, load_arrays, with_file_digest
 
-__all__ = ["LinearConfig", "Linear", "LinearModel", "TEST_CONFIGS"]
+__all__ = ["LinearConfig", "Linear", "LinearModel", "TEST_CONFIGS", "OPERAND_STAGES"]
+
+#: Registers between a memory's read data and a multiplier: the multiplier's input register
+#: (the one the ECP5 flow packs into the MULT18X18D).
+OPERAND_STAGES = 1
 
 #: Largest |x * w| of int8 operands (-128 * -128).
 _PRODUCT_MAX = 1 << 14
@@ -94,8 +98,9 @@ class LinearConfig(Config, RowKernel):
     @property
     def latency(self):
         """Cycles from issuing a group's last step to its result entering the output FIFO:
-        memory read, product, accumulate, adder tree, bias."""
-        return 4 + self.tree_latency
+        memory read, multiplier-input register (``OPERAND_STAGES``), product,
+        accumulate, adder tree, bias."""
+        return 4 + OPERAND_STAGES + self.tree_latency
 
     @property
     def bias_range(self):
@@ -236,9 +241,9 @@ class Linear(wiring.Component):
     ------
     A row takes ``G * S`` cycles (initiation interval); consecutive rows follow without a gap
     and one input beat is accepted per cycle while a row buffer is free. Latency from a row's
-    first beat to its first result: ``2 * S + 5 + ceil(log2 pes)`` cycles (loading, the first
-    group, memory read, product, accumulate, adder tree, bias, output FIFO); the row's other
-    results follow every ``S`` cycles. Exact formulas: :func:`hwgen.ibert.model.linear_cycles`.
+    first beat to its first result: ``2 * S + 6 + ceil(log2 pes)`` cycles (loading, the first
+    group, memory read, operand register, product, accumulate, adder tree, bias, output
+    FIFO); the row's other results follow every ``S`` cycles. Exact formulas: :func:`hwgen.ibert.model.linear_cycles`.
 
     Backpressure: ``o_y`` may stall at any time; the issue of groups pauses when the output FIFO
     could fill (credits), never combinationally from ``o_y.ready``. ``i_x`` is ready while a
@@ -330,9 +335,15 @@ class Linear(wiring.Component):
         sbits = (S - 1).bit_length()
         _, bias = c.parameters
         # -- datapath ----------------------------------------------------------------------------
-        v2 = delay(m, issue, 2, name="v")              # product valid
-        first2 = delay(m, j == 0, 2, name="first")
-        bias_addr = delay(m, g, 2 + c.tree_latency, name="bias_addr")
+        # Memory read into its read register (cycle 1), a register per multiplier input (2),
+        # product (3). The last two are reset-less so that the ECP5 flow packs them into the
+        # MULT18X18D's own registers (hwgen.flow.ecp5_dsp_pack); the valid and first flags
+        # travel beside them. (One more register between them would make a three-deep
+        # shift chain that synth_xilinx maps to SRL16E.)
+        prod_at = 2 + OPERAND_STAGES
+        v_prod = delay(m, issue, prod_at, name="v")            # product valid
+        first_prod = delay(m, j == 0, prod_at, name="first")
+        bias_addr = delay(m, g, prod_at + c.tree_latency, name="bias_addr")
         words = c.weight_words()
         for t in range(tiles):
             wmem = memory.Memory(shape=data.ArrayLayout(signed(8), pes), depth=G * S,
@@ -342,11 +353,14 @@ class Linear(wiring.Component):
             m.d.comb += w_rd.addr.eq(waddr)
             accs = []
             for p in range(pes):
-                prod = Signal(signed(16), name=f"prod{t}_{p}")
+                x_op, w_op = (Signal(signed(8), name=f"{n}{t}_{p}", reset_less=True)
+                              for n in ("x_op", "w_op"))
+                prod = Signal(signed(16), name=f"prod{t}_{p}", reset_less=True)
                 acc = Signal(signed(16 + sbits), name=f"acc{t}_{p}")
-                m.d.sync += prod.eq(x_rd.data[p] * w_rd.data[p])
-                with m.If(v2):
-                    with m.If(first2):
+                m.d.sync += [x_op.eq(x_rd.data[p]), w_op.eq(w_rd.data[p]),
+                             prod.eq(x_op * w_op)]
+                with m.If(v_prod):
+                    with m.If(first_prod):
                         m.d.sync += acc.eq(prod)
                     with m.Else():
                         m.d.sync += acc.eq(acc + prod)
