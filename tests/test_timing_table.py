@@ -185,3 +185,14 @@ def test_measured_clock_is_the_slowest_block_times_the_kernel_clock(tmp_path):
     assert timing_table.measured_clock({"gmi-header"}, 300, path)["clock_mhz"] == 300.0
     assert timing_table.measured_clock({"maxsim"}, 300, path) == \
         {"clock_mhz": None, "ratio": None, "block": None}
+
+
+def test_only_picks_a_block_or_a_single_row():
+    """``hwgen bench timing --only``: an accelerator's name picks all its rows, a row's name
+    that row alone (so one configuration can be measured without the block's others)."""
+    from hwgen.flow.timing_bench import selected_configs
+    assert selected_configs(["ibert-linear"]) == [
+        ("ibert-linear", ()), ("ibert-linear", ("tiles=2",)), ("ibert-linear", ("tiles=4",))]
+    assert selected_configs(["ibert-linear tiles=4"]) == [("ibert-linear", ("tiles=4",))]
+    assert selected_configs(["gmi-header"]) == [("gmi-header", ())]
+    assert len(selected_configs()) == len(BENCH_CONFIGS)

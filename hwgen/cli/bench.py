@@ -23,7 +23,8 @@ def bench():
 @click.option("--seeds", type=int, default=3, show_default=True,
               help="Place and route with seeds 1..N per block (median).")
 @click.option("--only", "names", multiple=True, metavar="NAME",
-              help="Only these accelerators (repeatable); the table's other rows are kept.")
+              help="Only these accelerators, or single rows by their name in the table "
+              "(e.g. \"ibert-linear tiles=2\"; repeatable); the table's other rows are kept.")
 @click.option("--workers", type=int, help="Dask LocalCluster processes (default: one per two "
               "cores; each runs two place-and-route seeds at a time).")
 @click.option("--scheduler", metavar="ADDRESS", help="A running Dask scheduler to use "
@@ -49,7 +50,7 @@ def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, ou
     if workers is not None:
         checks.at_least("workers", workers, 1, 1024)
     for name in names:
-        registry.get(name)
+        registry.get(name.split()[0])
     if json_path:
         checks.output_file("json", json_path)
     timing_table.load(results_path)     # a malformed table fails before hours of work

@@ -25,7 +25,8 @@ from . import timing_table
 from .sweep import run_sweep
 from .timing import GOAL_RATIO
 
-__all__ = ["bench_timing", "BENCH_CONFIGS", "BASELINE", "NOTES", "SUM_OF_PARTS", "row_key"]
+__all__ = ["bench_timing", "BENCH_CONFIGS", "BASELINE", "NOTES", "SUM_OF_PARTS", "row_key",
+           "selected_configs"]
 
 BASELINE = Path(__file__).with_name("timing_baseline.json")
 
@@ -39,18 +40,38 @@ EXTRA_CONFIGS = [
     # grows with the channels (the replicated dimension).
     ("chamvs-node", ("channels=1",)),
     ("chamvs-node", ("channels=2",)),
+    # The default Linear (8 tiles x 16 PEs: 128 of the 85F's 156 MULT18X18D) does not finish
+    # routing within PNR_TIMEOUT_S; two and four tiles are the same pipeline.
+    ("ibert-linear", ("tiles=2",)),
+    ("ibert-linear", ("tiles=4",)),
+    # The default attention dot product (16 PEs) did not finish placing in 25 minutes; the
+    # default softmax x V (4 PEs x 64 products) needs 256 multipliers of the 85F's 156.
+    ("ibert-attn-dot", ("pes=4",)),
+    ("ibert-attn-dot", ("pes=8",)),
+    ("ibert-softmax-matmul", ("head_dim=32", "pes=1")),
+    ("ibert-softmax-matmul", ("head_dim=32", "pes=2")),
 ]
 BENCH_CONFIGS = [(name, ()) for name in registry.names()] + EXTRA_CONFIGS
 
 #: Blocks too large for the 85F, measured as the sum of their parts (issue 30 item 2): the
 #: fitting configurations in :data:`EXTRA_CONFIGS` stand for them (two sizes at least).
-SUM_OF_PARTS = ("chamvs-node",)
+SUM_OF_PARTS = ("chamvs-node", "ibert-linear", "ibert-attn-dot", "ibert-softmax-matmul")
 #: Notes printed under the README's table (kept in the table of record).
 NOTES = {
     "chamvs-node": "the default node does not fit the LFE5U-85F; `chamvs-node channels=1` and "
                    "`channels=2` (the same pipeline with one and two of its four channels) "
                    "stand for it: equal ratios show that the critical path does not grow "
                    "with the channels",
+    "ibert-linear": "the default (8 tiles x 16 PEs, 128 of the 85F's 156 MULT18X18D) did not "
+                    "finish routing within the flow's 1,200 s per seed; `ibert-linear tiles=2` "
+                    "and `tiles=4` (the same Tile pipeline, 32 and 64 multipliers) stand for "
+                    "it: equal ratios show that the critical path does not grow with the "
+                    "tiles",
+    "ibert-attn-dot": "the default (16 PEs) did not finish placing in 25 minutes when issue 30 "
+                      "was filed; `pes=4` and `pes=8` (the same PE pipeline) stand for it",
+    "ibert-softmax-matmul": "the default (4 PEs x 64 products: 256 multipliers) does not fit "
+                            "the 85F's 156 MULT18X18D; `head_dim=32` with `pes=1` and "
+                            "`pes=2` (32 and 64 multipliers, the same PE pipeline) stand for it",
     "systolic-pq": "the paper's compare-swap array (ChamVS's systolic priority queue decides "
                    "and swaps 64-bit keys in one cycle), kept as the paper's reference; "
                    "hwgen's own designs use insertion queues (`hier-pq`'s default), which "
@@ -61,6 +82,13 @@ NOTES = {
 def row_key(name, sets):
     """Row name of a bench configuration: the accelerator ``name``, then its ``--set`` strings."""
     return name + (" " + " ".join(sets) if sets else "")
+
+
+def selected_configs(names=None):
+    """The :data:`BENCH_CONFIGS` that ``names`` picks (every one when empty): an accelerator
+    name picks all its rows, a row name (:func:`row_key`) that row alone."""
+    return [(n, s) for n, s in BENCH_CONFIGS
+            if not names or n in names or row_key(n, s) in names]
 
 
 def _fmt(v, spec):
@@ -118,7 +146,7 @@ def bench_timing(echo, *, seeds=3, names=None, json_path=None, log=None, workers
     the README's table when ``readme`` is given, print the before/after table; returns the
     printed rows (``block``, ``before``, ``after``: the table row)."""
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"rows": {}}
-    configs = [(n, s) for n, s in BENCH_CONFIGS if not names or n in names]
+    configs = selected_configs(names)
     # each job runs two place-and-route seeds at a time: one worker per two cores
     workers = workers or max(1, (os.cpu_count() or 2) // 2)
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="hwgen-timing-"))

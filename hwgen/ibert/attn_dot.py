@@ -60,8 +60,8 @@ class AttnDotConfig(Config, RowKernel):
         return 16 + (self.head_dim - 1).bit_length()
 
     #: Cycles from issuing a round's last step to its scores reaching the serializer:
-    #: memory read, element select, product, accumulate.
-    latency = 4
+    #: memory read, element select, multiplier-input register, product, accumulate.
+    latency = 5
 
     @dataclass(frozen=True)
     class Workload(contract.Workload):
@@ -148,7 +148,7 @@ class AttnDot(wiring.Component):
     Timing
     ------
     A Q row takes ``R * head_dim`` cycles (initiation interval), rows and heads follow without
-    gaps. The first score leaves ``Mp + head_dim + 6`` cycles after the first Q beat when K
+    gaps. The first score leaves ``Mp + head_dim + 7`` cycles after the first Q beat when K
     arrives alongside (K load and padding, one round, accumulate and output FIFO); a round's
     scores follow one per cycle. Exact formulas: :func:`hwgen.ibert.model.attn_dot_cycles`.
 
@@ -298,19 +298,24 @@ class AttnDot(wiring.Component):
         cycles after its last step."""
         c = self.config
         # -- datapath: select element j, multiply, accumulate ----------------------------------
+        # element select (cycle 2), a register per multiplier input (3), product (4): the
+        # last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
+        # (hwgen.flow.ecp5_dsp_pack) and the shared element q_e fans out from a register
         j1 = delay(m, j, 1, name="j")
-        v3 = delay(m, issue, 3, name="v")
-        first3 = delay(m, j == 0, 3, name="first")
-        q_e = Signal(signed(8))
+        v_prod = delay(m, issue, 4, name="v")
+        first_prod = delay(m, j == 0, 4, name="first")
+        q_e = Signal(signed(8), reset_less=True)
         m.d.sync += q_e.eq(q_rd.data[j1])
         accs = []
         for p, (_, rd) in enumerate(kmems):
-            k_e = Signal(signed(8), name=f"k{p}")
-            prod = Signal(signed(16), name=f"prod{p}")
+            k_e, q_op, k_op = (Signal(signed(8), name=f"{n}{p}", reset_less=True)
+                               for n in ("k", "q_op", "k_op"))
+            prod = Signal(signed(16), name=f"prod{p}", reset_less=True)
             acc = Signal(signed(c.acc_bits), name=f"acc{p}")
-            m.d.sync += [k_e.eq(rd.data[j1]), prod.eq(q_e * k_e)]
-            with m.If(v3):
-                with m.If(first3):
+            m.d.sync += [k_e.eq(rd.data[j1]), q_op.eq(q_e), k_op.eq(k_e),
+                         prod.eq(q_op * k_op)]
+            with m.If(v_prod):
+                with m.If(first_prod):
                     m.d.sync += acc.eq(prod)
                 with m.Else():
                     m.d.sync += acc.eq(acc + prod)

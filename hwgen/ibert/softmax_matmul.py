@@ -65,8 +65,8 @@ class SoftmaxMatmulConfig(Config, RowKernel):
         return P_BITS + 8 + (self.max_len - 1).bit_length()
 
     #: Cycles from issuing a group's last step to its rows reaching the serializer: memory
-    #: read, element select, product, accumulate.
-    latency = 4
+    #: read, element select, multiplier-input register, product, accumulate.
+    latency = 5
 
     @dataclass(frozen=True)
     class Workload(contract.Workload):
@@ -172,7 +172,7 @@ class SoftmaxMatmul(wiring.Component):
     Loading a group of ``pes`` rows takes ``pes * ceil(M_k / pes) >= M_k`` beats, computing
     it ``M_k`` cycles: the input of P sets the pace, ``ceil(M_k / pes)`` cycles per row of a
     full group (one beat per cycle). The first row of O leaves ``max(n * ceil(M_k / pes), M_k)
-    + M_k + 6`` cycles after the first beat of P (``n = min(pes, M_q)``, V arriving alongside);
+    + M_k + 7`` cycles after the first beat of P (``n = min(pes, M_q)``, V arriving alongside);
     the group's other rows follow one per cycle. Exact formulas:
     :func:`hwgen.ibert.model.softmax_matmul_cycles`.
 
@@ -334,10 +334,13 @@ class SoftmaxMatmul(wiring.Component):
         c = self.config
         d = c.head_dim
         # -- datapath: lane select, d products per PE, accumulate ----------------------------------
+        # element select (cycle 2), a register per multiplier input (3), product (4): the
+        # last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
+        # (hwgen.flow.ecp5_dsp_pack) and the shared operands fan out from registers
         kl1 = delay(m, kl, 1, name="kl")
-        v3 = delay(m, issue, 3, name="v")
-        first3 = delay(m, k == 0, 3, name="first")
-        v_row = Signal(data.ArrayLayout(signed(8), d))
+        v_prod = delay(m, issue, 4, name="v")
+        first_prod = delay(m, k == 0, 4, name="first")
+        v_row = Signal(data.ArrayLayout(signed(8), d), reset_less=True)
         m.d.sync += v_row.eq(v_rd.data)
         done = issue & final_k
         lat = c.latency
@@ -345,15 +348,17 @@ class SoftmaxMatmul(wiring.Component):
         end_d = delay(m, group_last, lat, name="group_last")
         m.d.comb += [ser.i_valid.eq(delay(m, done, lat, name="done")), ser.i_count.eq(n_d)]
         for s, (_, rd) in enumerate(pmems):
-            p_e = Signal(unsigned(P_BITS), name=f"p{s}")
+            p_e = Signal(unsigned(P_BITS), name=f"p{s}", reset_less=True)
             m.d.sync += p_e.eq(rd.data[kl1])
             item = ser.i_items[s]
             for e in range(d):
-                prod = Signal(signed(P_BITS + 8), name=f"prod{s}_{e}")
+                p_op = Signal(unsigned(P_BITS), name=f"p_op{s}_{e}", reset_less=True)
+                v_op = Signal(signed(8), name=f"v_op{s}_{e}", reset_less=True)
+                prod = Signal(signed(P_BITS + 8), name=f"prod{s}_{e}", reset_less=True)
                 acc = Signal(signed(c.acc_bits), name=f"acc{s}_{e}")
-                m.d.sync += prod.eq(p_e * v_row[e])
-                with m.If(v3):
-                    with m.If(first3):
+                m.d.sync += [p_op.eq(p_e), v_op.eq(v_row[e]), prod.eq(p_op * v_op)]
+                with m.If(v_prod):
+                    with m.If(first_prod):
                         m.d.sync += acc.eq(prod)
                     with m.Else():
                         m.d.sync += acc.eq(acc + prod)
