@@ -237,3 +237,16 @@ def test_query_longer_than_the_unit_is_cut():
     stim["batches"][0] = (long_query, docs0)
     result = simulate(acc, cfg, stimulus=stim, seed=2, stall=0.3, engine="native")
     assert result["mismatches"] == 0 and not result["timeout"]
+
+
+@requires_verilator
+@pytest.mark.parametrize("q_tokens", [3, 4])
+def test_two_group_ring_under_stalls(q_tokens):
+    """G = 2, the shortest ring of the registered running maximum (one stored maximum and the
+    pending step, written back one step after its comparison): exact under random stalls."""
+    from hwgen.flow.simulate import simulate
+    acc = registry.get("maxsim")
+    cfg = acc.config.from_dict({"dim": 3, "q_tokens": q_tokens, "lanes": 2})
+    assert cfg.groups == 2
+    result = simulate(acc, cfg, items=200, seed=q_tokens, stall=0.5, engine="native")
+    assert result["mismatches"] == 0 and not result["timeout"]

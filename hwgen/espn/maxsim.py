@@ -205,14 +205,17 @@ class MaxSim(wiring.Component):
     arrives (a document's first token overwrites instead of comparing); lane ``p`` then adds
     its updated maximum (zero for a query token beyond the query's length) to the sum of
     lanes ``0 .. p - 1``. On a document's last token the row's sums of the ``G`` steps are
-    accumulated into the score.
+    accumulated into the score. With ``G >= 2`` the comparison of a step is registered and its
+    result written back into the ring one step later (:meth:`_running_max`), so the path from
+    a dot product ends at a register after the comparator.
 
     Registers: the lane memories' read data, both multiplier inputs (each token register
     feeds one lane's multipliers and the next lane's register: no fanout grows with
-    ``lanes``), every product, every adder-tree level, the running maxima, the lane sums and
-    the accumulator; no arithmetic follows a memory output or precedes a multiplier in the
-    same cycle. The step counter's "last step" flag is a register, so ``i_docs.ready`` is one
-    gate of registers.
+    ``lanes``), every product, every adder-tree level, the comparison and the running maxima,
+    the lane sums and the accumulator; the multiplier input and product registers are
+    reset-less, so that the ECP5 flow packs them into each MULT18X18D; no arithmetic follows
+    a memory output or precedes a multiplier in the same cycle. The step counter's "last
+    step" flag is a register, so ``i_docs.ready`` is one gate of registers.
 
     Timing
     ------
@@ -404,9 +407,11 @@ class MaxSim(wiring.Component):
             m.d.sync += q_reg.eq(rd.data)
             prods = []
             for k in range(D):
-                q_op = Signal(signed(8), name=f"q_op{p}_{k}")
-                tok_op = Signal(signed(8), name=f"tok_op{p}_{k}")
-                prod = Signal(signed(16), name=f"prod{p}_{k}")
+                # reset-less, so that ECP5 packing can move them into the MULT18X18D's
+                # input and output registers (hwgen.flow.ecp5_dsp_pack); valid gates them
+                q_op = Signal(signed(8), name=f"q_op{p}_{k}", reset_less=True)
+                tok_op = Signal(signed(8), name=f"tok_op{p}_{k}", reset_less=True)
+                prod = Signal(signed(16), name=f"prod{p}_{k}", reset_less=True)
                 m.d.sync += [q_op.eq(q_reg[k]), tok_op.eq(tok[p + 2][k]),
                              prod.eq(q_op * tok_op)]
                 prods.append(delay(m, prod, 1, name=f"prod{p}_{k}"))
@@ -416,6 +421,34 @@ class MaxSim(wiring.Component):
         dot_shape = dots[0].shape()
         assert dot_shape.width <= c.dot_bits + 1
         return dots, valid, first, left_at, t_dot
+
+    def _running_max(self, m, p, dot, first, valid):
+        """Lane ``p``'s ring of ``G`` running maxima, advanced when ``valid``; returns the
+        step's updated maximum, valid the cycle after the step.
+
+        With ``G >= 2`` the comparison is registered: the ring holds ``G - 1`` maxima plus the
+        latest step as ``(take, dot, old)``, resolved by a mux on its way into the ring (an
+        entry written back at step ``s + 1`` is read again at ``s + G``), so no path runs from
+        the dot product through the comparator into the maxima. ``G == 1`` compares and
+        writes in one cycle (the entry is read again at the next step)."""
+        G = self.config.groups
+        shape = dot.shape()
+        if G == 1:
+            regs = [Signal(shape, name=f"max{p}_0")]
+            with m.If(valid):
+                m.d.sync += regs[0].eq(Mux(first | (dot > regs[0]), dot, regs[0]))
+            return regs[0]
+        regs = [Signal(shape, name=f"max{p}_{j}") for j in range(G - 1)]
+        take = Signal(name=f"take{p}")
+        dot_r, old_r = Signal(shape, name=f"dot_r{p}"), Signal(shape, name=f"old_r{p}")
+        latest = Signal(shape, name=f"latest{p}")
+        m.d.comb += latest.eq(Mux(take, dot_r, old_r))
+        with m.If(valid):
+            m.d.sync += [take.eq(first | (dot > regs[0])), dot_r.eq(dot), old_r.eq(regs[0]),
+                         regs[G - 2].eq(latest)]
+            for j in range(G - 2):
+                m.d.sync += regs[j].eq(regs[j + 1])
+        return latest
 
     def _max_sum(self, m, out, dots, valid, first, left_at, t_dot, g, handshake, release):
         """Datapath, second half: each lane's running maxima over the document (one per
@@ -431,15 +464,10 @@ class MaxSim(wiring.Component):
         partial = None
         for p, dot in enumerate(dots):
             t = t_dot + p
-            regs = [Signal(dot_shape, name=f"max{p}_{j}") for j in range(G)]
-            new = Mux(first[t] | (dot > regs[0]), dot, regs[0])
-            with m.If(valid[t]):
-                m.d.sync += regs[G - 1].eq(new)
-                for j in range(G - 1):
-                    m.d.sync += regs[j].eq(regs[j + 1])
+            updated = self._running_max(m, p, dot, first[t], valid[t])
             exists = Signal(name=f"exists{p}")
             m.d.sync += exists.eq(left_at[t - 1] > p)
-            term = Mux(exists, regs[G - 1], 0)
+            term = Mux(exists, updated, 0)
             total = Signal(sum_shape([dot_shape] * (p + 1)), name=f"lanesum{p}")
             m.d.sync += total.eq(term if partial is None else partial + term)
             partial = total
