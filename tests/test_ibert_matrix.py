@@ -194,3 +194,16 @@ def test_softmax_matmul_stimulus_has_softmax_rows_and_extremes():
     for p in soft:
         sums = p.sum(axis=1)
         assert (sums <= 256).all() and (sums > 256 - p.shape[1]).all()
+
+
+@requires_verilator
+def test_linear_with_block_ram_weights_has_its_extra_register_in_the_model():
+    """Weight memories deeper than distributed RAM (here G * S = 10 * 15 = 150 words) put one
+    more register between the block RAM and the multiplier; the cycle model counts it, and
+    the simulation (exact against the golden model) agrees."""
+    values = {"in_features": 100, "out_features": 30, "tiles": 3, "pes": 7}
+    cfg, sim = measure("ibert-linear", values, 3)
+    assert cfg.groups * cfg.steps > 64 and cfg.operand_stages == 2
+    model = model_of(cfg, 3)
+    assert model["latency_cycles"] == sim["latency_cycles"]
+    assert model["cycles_per_matrix"] == sim["cycles_per_matrix"]

@@ -26,6 +26,7 @@ from .. import contract
 from ..config import Config, param
 from ..errors import ConfigError
 from ..flow.model import StreamModel
+from ..flow.netlist_count import LUTRAM_DEPTH
 from ..lib.pipeline import CreditBuffer, adder_tree, delay
 from ..lib.row_ports import RowKernel, RowPort
 from . import golden
@@ -34,8 +35,10 @@ from .param_files import int_array, load_arrays, with_file_digest
 
 __all__ = ["LinearConfig", "Linear", "LinearModel", "TEST_CONFIGS", "OPERAND_STAGES"]
 
-#: Registers between a memory's read data and a multiplier: the multiplier's input register
-#: (the one the ECP5 flow packs into the MULT18X18D).
+#: Registers between a memory's read data and a multiplier when the weight memories are
+#: distributed RAM (whose read data come from a flip-flop): the multiplier's input register
+#: (the one the ECP5 flow packs into the MULT18X18D). Block-RAM weight memories add one more,
+#: the block RAM's output register in the fabric (:attr:`LinearConfig.operand_stages`).
 OPERAND_STAGES = 1
 
 #: Largest |x * w| of int8 operands (-128 * -128).
@@ -98,9 +101,17 @@ class LinearConfig(Config, RowKernel):
     @property
     def latency(self):
         """Cycles from issuing a group's last step to its result entering the output FIFO:
-        memory read, multiplier-input register (``OPERAND_STAGES``), product,
-        accumulate, adder tree, bias."""
-        return 4 + OPERAND_STAGES + self.tree_latency
+        memory read, operand registers (:attr:`operand_stages`), product, accumulate, adder
+        tree, bias."""
+        return 4 + self.operand_stages + self.tree_latency
+
+    @property
+    def operand_stages(self):
+        """Registers from a memory's read data to a multiplier: ``OPERAND_STAGES``, plus one
+        when a weight memory (``G * S`` words) is deeper than distributed RAM takes
+        (:data:`hwgen.flow.netlist_count.LUTRAM_DEPTH`): a block RAM's read data then go
+        into a fabric register before the multiplier's input register."""
+        return OPERAND_STAGES + int(self.groups * self.steps > LUTRAM_DEPTH)
 
     @property
     def bias_range(self):
@@ -241,8 +252,8 @@ class Linear(wiring.Component):
     ------
     A row takes ``G * S`` cycles (initiation interval); consecutive rows follow without a gap
     and one input beat is accepted per cycle while a row buffer is free. Latency from a row's
-    first beat to its first result: ``2 * S + 6 + ceil(log2 pes)`` cycles (loading, the first
-    group, memory read, operand register, product, accumulate, adder tree, bias, output
+    first beat to its first result: ``2 * S + 5 + operand_stages + ceil(log2 pes)`` cycles
+    (loading, the first group, memory read, operand registers, product, accumulate, adder tree, bias, output
     FIFO); the row's other results follow every ``S`` cycles. Exact formulas: :func:`hwgen.ibert.model.linear_cycles`.
 
     Backpressure: ``o_y`` may stall at any time; the issue of groups pauses when the output FIFO
@@ -340,10 +351,14 @@ class Linear(wiring.Component):
         # MULT18X18D's own registers (hwgen.flow.ecp5_dsp_pack); the valid and first flags
         # travel beside them. (One more register between them would make a three-deep
         # shift chain that synth_xilinx maps to SRL16E.)
-        prod_at = 2 + OPERAND_STAGES
+        # Block-RAM weights: their read data and x's go through one more register first.
+        prod_at = 2 + c.operand_stages
         v_prod = delay(m, issue, prod_at, name="v")            # product valid
         first_prod = delay(m, j == 0, prod_at, name="first")
         bias_addr = delay(m, g, prod_at + c.tree_latency, name="bias_addr")
+        extra = c.operand_stages - OPERAND_STAGES
+        x_data = [delay(m, x_rd.data[p], extra, name=f"x_q{p}", reset_less=True)
+                  for p in range(pes)]
         words = c.weight_words()
         for t in range(tiles):
             wmem = memory.Memory(shape=data.ArrayLayout(signed(8), pes), depth=G * S,
@@ -357,8 +372,8 @@ class Linear(wiring.Component):
                               for n in ("x_op", "w_op"))
                 prod = Signal(signed(16), name=f"prod{t}_{p}", reset_less=True)
                 acc = Signal(signed(16 + sbits), name=f"acc{t}_{p}")
-                m.d.sync += [x_op.eq(x_rd.data[p]), w_op.eq(w_rd.data[p]),
-                             prod.eq(x_op * w_op)]
+                w_data = delay(m, w_rd.data[p], extra, name=f"w_q{t}_{p}", reset_less=True)
+                m.d.sync += [x_op.eq(x_data[p]), w_op.eq(w_data), prod.eq(x_op * w_op)]
                 with m.If(v_prod):
                     with m.If(first_prod):
                         m.d.sync += acc.eq(prod)
