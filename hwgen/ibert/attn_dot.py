@@ -60,8 +60,9 @@ class AttnDotConfig(Config, RowKernel):
         return 16 + (self.head_dim - 1).bit_length()
 
     #: Cycles from issuing a round's last step to its scores reaching the serializer:
-    #: memory read, element select, multiplier-input register, product, accumulate.
-    latency = 5
+    #: memory read, read-data register, element select, multiplier-input register, product,
+    #: accumulate.
+    latency = 6
 
     @dataclass(frozen=True)
     class Workload(contract.Workload):
@@ -148,7 +149,7 @@ class AttnDot(wiring.Component):
     Timing
     ------
     A Q row takes ``R * head_dim`` cycles (initiation interval), rows and heads follow without
-    gaps. The first score leaves ``Mp + head_dim + 7`` cycles after the first Q beat when K
+    gaps. The first score leaves ``Mp + head_dim + 8`` cycles after the first Q beat when K
     arrives alongside (K load and padding, one round, accumulate and output FIFO); a round's
     scores follow one per cycle. Exact formulas: :func:`hwgen.ibert.model.attn_dot_cycles`.
 
@@ -298,21 +299,25 @@ class AttnDot(wiring.Component):
         cycles after its last step."""
         c = self.config
         # -- datapath: select element j, multiply, accumulate ----------------------------------
-        # element select (cycle 2), a register per multiplier input (3), product (4): the
-        # last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
-        # (hwgen.flow.ecp5_dsp_pack) and the shared element q_e fans out from a register
-        j1 = delay(m, j, 1, name="j")
-        v_prod = delay(m, issue, 4, name="v")
-        first_prod = delay(m, j == 0, 4, name="first")
+        # memory read (cycle 1), its rows registered (2: a block RAM's read data go through no
+        # logic first), element select (3), a register per multiplier input (4), product
+        # (5): the last two reset-less, so that the ECP5 flow packs them into each
+        # MULT18X18D (hwgen.flow.ecp5_dsp_pack) and the shared element q_e fans out from a
+        # register
+        j2 = delay(m, j, 2, name="j")
+        v_prod = delay(m, issue, 5, name="v")
+        first_prod = delay(m, j == 0, 5, name="first")
+        q_row = Signal.like(q_rd.data, name="q_row", reset_less=True)
         q_e = Signal(signed(8), reset_less=True)
-        m.d.sync += q_e.eq(q_rd.data[j1])
+        m.d.sync += [q_row.eq(q_rd.data), q_e.eq(q_row[j2])]
         accs = []
         for p, (_, rd) in enumerate(kmems):
+            k_row = Signal.like(rd.data, name=f"k_row{p}", reset_less=True)
             k_e, q_op, k_op = (Signal(signed(8), name=f"{n}{p}", reset_less=True)
                                for n in ("k", "q_op", "k_op"))
             prod = Signal(signed(16), name=f"prod{p}", reset_less=True)
             acc = Signal(signed(c.acc_bits), name=f"acc{p}")
-            m.d.sync += [k_e.eq(rd.data[j1]), q_op.eq(q_e), k_op.eq(k_e),
+            m.d.sync += [k_row.eq(rd.data), k_e.eq(k_row[j2]), q_op.eq(q_e), k_op.eq(k_e),
                          prod.eq(q_op * k_op)]
             with m.If(v_prod):
                 with m.If(first_prod):
