@@ -207,3 +207,16 @@ def test_linear_with_block_ram_weights_has_its_extra_register_in_the_model():
     model = model_of(cfg, 3)
     assert model["latency_cycles"] == sim["latency_cycles"]
     assert model["cycles_per_matrix"] == sim["cycles_per_matrix"]
+
+
+@requires_verilator
+@pytest.mark.parametrize("values", [{"head_dim": 2, "max_len": 9, "pes": 2},
+                                    {"head_dim": 2, "max_len": 5, "pes": 1}])
+def test_attn_dot_registered_count_at_the_shortest_round(values):
+    """head_dim = 2, the shortest round with a registered score count (one cycle between a
+    round's change of K bank or column and its last step): exact under random stalls, with
+    K matrices of 1 .. max_len rows."""
+    acc = registry.get("ibert-attn-dot")
+    cfg = acc.config.from_dict(values)
+    result = simulate(acc, cfg, items=40, seed=6, stall=0.5, engine="native")
+    assert result["mismatches"] == 0 and not result["timeout"]

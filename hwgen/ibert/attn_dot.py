@@ -271,7 +271,6 @@ class AttnDot(wiring.Component):
             final_j.eq(j == d - 1),
             final_r.eq(r == rounds_cur - 1),
             left.eq(mk_cur - col),
-            count.eq(Mux(left < P, left, P)),
             issue.eq((qfull != 0) & (kfull != 0) & (~final_j | ser.ready)),
             ser.take.eq(issue & final_j),
             ser.count.eq(count),
@@ -279,6 +278,15 @@ class AttnDot(wiring.Component):
             row_last.eq(qflag.bit_select(qrbank, 1)),
             q_rd.addr.eq(qrbank),
         ]
+        # The round's score count changes only with col and the K bank (at a round's last
+        # step) and with a K load completing; with head_dim >= 2 a round's last step comes a
+        # cycle or more after any of them, so the count can be a register (the subtraction
+        # and comparison then do not reach the serializer's credit counter in one cycle).
+        count_now = Mux(left < P, left, P)
+        if d >= 2:
+            m.d.sync += count.eq(count_now)
+        else:
+            m.d.comb += count.eq(count_now)
         for _, rd in kmems:
             m.d.comb += rd.addr.eq(_banked(krbank, r))
         with m.If(issue):
