@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.row_ports import RowKernel, RowPort
+from .layernorm import NO_COLLISIONS
 from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
 
 __all__ = ["AttnDotConfig", "AttnDot", "AttnDotModel", "TEST_CONFIGS"]
@@ -186,7 +187,9 @@ class AttnDot(wiring.Component):
         # -- K loader: row c -> PE c % P, address c // P; then zero rows up to a multiple of P
         kmems = []
         for p in range(P):
-            mem = memory.Memory(shape=row_shape, depth=2 << rbits, init=[])
+            # the loader writes only the bank not being computed: no_rw_check (NO_COLLISIONS)
+            mem = memory.Memory(shape=row_shape, depth=2 << rbits, init=[],
+                                attrs=NO_COLLISIONS)
             m.submodules[f"kmem{p}"] = mem
             kmems.append((mem.write_port(), mem.read_port()))
         kfull = Signal(range(3))
