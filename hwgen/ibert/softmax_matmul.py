@@ -31,6 +31,7 @@ from ..flow.model import StreamModel
 from ..lib.pipeline import delay
 from ..lib.row_ports import RowKernel, RowPort
 from . import golden
+from .layernorm import NO_COLLISIONS
 from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
 
 __all__ = ["SoftmaxMatmulConfig", "SoftmaxMatmul", "SoftmaxMatmulModel", "TEST_CONFIGS"]
@@ -205,7 +206,9 @@ class SoftmaxMatmul(wiring.Component):
         d = c.head_dim
         lbits = (c.max_len - 1).bit_length()
         # -- V loader ---------------------------------------------------------------------------
-        vmem = memory.Memory(shape=data.ArrayLayout(signed(8), d), depth=2 << lbits, init=[])
+        # the loaders write only the bank not being computed: no_rw_check (NO_COLLISIONS)
+        vmem = memory.Memory(shape=data.ArrayLayout(signed(8), d), depth=2 << lbits, init=[],
+                             attrs=NO_COLLISIONS)
         m.submodules.vmem = vmem
         v_wr, v_rd = vmem.write_port(), vmem.read_port()
         vfull = Signal(range(3))
@@ -242,7 +245,7 @@ class SoftmaxMatmul(wiring.Component):
         pmems = []
         for s in range(P):
             mem = memory.Memory(shape=data.ArrayLayout(unsigned(P_BITS), P),
-                                depth=2 << bbits, init=[])
+                                depth=2 << bbits, init=[], attrs=NO_COLLISIONS)
             m.submodules[f"pmem{s}"] = mem
             pmems.append((mem.write_port(), mem.read_port()))
         pfull = Signal(range(3))
