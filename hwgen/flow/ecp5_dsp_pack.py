@@ -62,7 +62,7 @@ class _Nets:
                             self.sinks[bit].append((name, port))
 
 
-def _plain_ff(cell, *, require_reset_zero):
+def _plain_ff(cell):
     """(clock, enable) of a ``TRELLIS_FF`` a DSP register can replace, or None.
 
     ``enable`` is the ``CE`` net bit, or ``"1"`` for a flip-flop enabled on every edge.
@@ -81,7 +81,7 @@ def _plain_ff(cell, *, require_reset_zero):
         enable = con.get("CE", ["1"])[0]
     else:                                   # an inverted enable
         return None
-    if enable != "1" and require_reset_zero and par.get("REGSET", "RESET").strip() != "RESET":
+    if enable != "1" and par.get("REGSET", "RESET").strip() != "RESET":
         return None                         # powers up to 1 and may hold it: not a DSP register
     return con["CLK"][0], enable
 
@@ -96,7 +96,7 @@ def _input_group(cells, nets, dsp, pins):
             new_bits.append(bit)            # a constant: the same registered or not
             continue
         name, port = nets.driver.get(bit, (None, None))
-        ff = _plain_ff(cells[name], require_reset_zero=True) if port == "Q" else None
+        ff = _plain_ff(cells[name]) if port == "Q" else None
         if ff is None or (clock is not None and ff != (clock, enable)):
             return None
         clock, enable = ff
@@ -116,7 +116,7 @@ def _output_group(cells, nets, dsp):
         if len(nets.sinks[bit]) != 1 or nets.sinks[bit][0][1] != "DI":
             return None
         name = nets.sinks[bit][0][0]
-        ff = _plain_ff(cells[name], require_reset_zero=True)
+        ff = _plain_ff(cells[name])
         if ff is None or (clock is not None and ff != (clock, enable)):
             return None
         clock, enable = ff
@@ -135,7 +135,8 @@ def _set_register(dsp, which, clock, ce_port, enable):
 
 
 def _pack_one(cells, nets, dsp):
-    """Pack one DSP's registers; returns (inputs packed, output packed, flip-flops removed)."""
+    """Pack one DSP's registers; returns ``(inputs packed, output packed, output flip-flops
+    deleted, input flip-flops whose D the DSP now reads)``."""
     a = _input_group(cells, nets, dsp, _A)
     b = _input_group(cells, nets, dsp, _B)
     out = _output_group(cells, nets, dsp)
