@@ -521,8 +521,11 @@ class Embedding(wiring.Component):
         k = Signal(range(n), name=f"{name}_k")
         issue = Signal(name=f"{name}_issue")
         final = k == n - 1
-        m.submodules[f"{name}_meta"] = pending = fifo.SyncFIFO(width=meta.size,
-                                                               depth=c.inflight * n)
+        # buffered: the head is a register (the LUTRAM read is registered), so the row
+        # select of R's alignment starts at a register; an entry is written at its issue
+        # and read at the row's last R beat, at least three cycles later
+        m.submodules[f"{name}_meta"] = pending = fifo.SyncFIFOBuffered(
+            width=meta.size, depth=c.inflight * n)
         pend_w = Signal(meta, name=f"{name}_meta_w")
         lens = Array(Const(s.beats - 1, 8) for s in slots)
         m.d.comb += [
