@@ -113,6 +113,16 @@ def _min(a, b):
     return Mux(a < b, a, b)
 
 
+def _choose_next(m, take, regs, ready, taken, kept):
+    """Registers ``regs`` (name -> Signal) take the next state of ``taken`` (output beat
+    taken) or ``kept`` (not), each ``(ready, {name: value})``, as ``take`` chooses; the
+    input's ``ready`` too (combinational in ``take``). Both are computed side by side, so
+    ``take`` reaches every register through one multiplexer."""
+    m.d.comb += ready.eq(Mux(take, taken[0], kept[0]))
+    for name, reg in regs.items():
+        m.d.sync += reg.eq(Mux(take, taken[1][name], kept[1][name]))
+
+
 class RowToPackets(wiring.Component):
     """Kernel rows -> Galapagos packets (see the module docstring for the formats).
 
@@ -141,6 +151,11 @@ class RowToPackets(wiring.Component):
     end is held at a time, so a row's last beat waits while the previous row's end is still in
     the buffer. Backpressure: ``i_row.ready`` follows ``o_pkt.ready`` combinationally (an
     input beat is taken when the bytes left after this cycle's output leave room for it).
+
+    The next output beat's size and its row and packet ends are registers, computed from the
+    next state; the next state is computed both for an output beat taken and not taken, and
+    ``o_pkt``'s handshake picks one (:func:`_choose_next`): no count comparison or subtraction
+    lies between the handshake and the buffer's shifts.
     """
 
     def __init__(self, config):
@@ -153,20 +168,24 @@ class RowToPackets(wiring.Component):
         c, f = self.config, self.config.format
         L, W, EB = c.data_bits // 8, f.beat_bytes, f.elem_bytes
         B = W + L
+        top = c.max_packet_bytes
         i, o = self.i_row, self.o_pkt
         buf = Signal(8 * B)
         n = Signal(range(B + 1))
         pend = Signal()                         # a row end lies in the buffer ...
         endpos = Signal(range(B + 1))           # ... after this many bytes
-        pkt_n = Signal(range(c.max_packet_bytes))
+        room = Signal(range(top + 1), init=top)  # bytes left in the current packet
+        # room - L - 1, updated beside room: its sign says room <= L with no comparison after
+        # the subtraction
+        over = Signal(range(-L - 1, top - L), init=top - L - 1)
+        # The next output beat, kept as registers (a function of room, pend and endpos,
+        # computed from their next values): e = min(room, L, endpos if pend) bytes, and
+        # whether it ends the row and the packet. So no comparison of the counts precedes the
+        # output decision or the buffer's shifts in a cycle.
+        e = Signal(range(L + 1), init=min(L, top))
+        row_end = Signal()
+        pkt_end = Signal(init=int(top <= L))
 
-        # output beat: e bytes
-        room = Signal(range(c.max_packet_bytes + 1))
-        e = Signal(range(L + 1))
-        m.d.comb += [room.eq(c.max_packet_bytes - pkt_n),
-                     e.eq(_min(_min(room, L), Mux(pend, endpos, L)))]
-        row_end = pend & (e == endpos)
-        pkt_end = row_end | (e == room)
         take = Signal()
         m.d.comb += [o.valid.eq(n >= e), take.eq(o.valid & o.ready),
                      o.payload.data.eq(buf[:8 * L] & _bytes_mask(e, L)),
@@ -175,12 +194,6 @@ class RowToPackets(wiring.Component):
                      o.payload.dest.eq(_const_reg(m, c.dest, 8, "dest")),
                      o.payload.id.eq(_const_reg(m, c.src, 8, "src")),
                      o.payload.user.eq(_const_reg(m, 0, 17, "user"))]
-        shift = Signal(range(L + 1))
-        m.d.comb += shift.eq(Mux(take, e, 0))
-        n1 = Signal(range(B + 1))
-        m.d.comb += n1.eq(n - shift)
-        buf1 = _byte_shift(m, buf, shift, 8 * B, False, "buf_rest")
-        pend1 = pend & ~(take & row_end)
 
         # input beat: its elements as bytes, padding lanes zero
         beat = i.payload
@@ -195,22 +208,49 @@ class RowToPackets(wiring.Component):
         in_bytes = Signal(range(W + 1))
         m.d.comb += in_bytes.eq(elems * EB)
         packed = Cat(*[Mux(elems > k, _extend(lane, f), 0) for k, lane in enumerate(lanes)])
-        placed = _byte_shift(m, packed, n1, 8 * B, True, "placed")
-        accept = Signal()
-        m.d.comb += [i.ready.eq((n1 <= L) & ~(pend1 & beat.last)),
-                     accept.eq(i.valid & i.ready)]
 
-        m.d.sync += [buf.eq(buf1), n.eq(n1)]
-        with m.If(take):
-            m.d.sync += pkt_n.eq(Mux(pkt_end, 0, pkt_n + e))
-            with m.If(pend):
-                m.d.sync += endpos.eq(endpos - e)
-            with m.If(row_end):
-                m.d.sync += pend.eq(0)
-        with m.If(accept):
-            m.d.sync += [buf.eq(buf1 | placed), n.eq(n1 + in_bytes)]
-            with m.If(beat.last):
-                m.d.sync += [pend.eq(1), endpos.eq(n1 + in_bytes)]
+        def after(taking):
+            """The next state when the output beat is (``taking``) or is not taken, computed
+            for both in parallel; ``take`` chooses."""
+            tag = "t" if taking else "n"
+            n1 = Signal(range(B + 1), name=f"n1_{tag}")
+            m.d.comb += n1.eq(n - e if taking else n)
+            pend1 = pend & ~row_end if taking else pend
+            ready = Signal(name=f"ready_{tag}")
+            m.d.comb += ready.eq((n1 <= L) & ~(pend1 & beat.last))
+            accept = i.valid & ready
+            closes = accept & beat.last
+            room2 = Signal.like(room, name=f"room_{tag}")
+            over2 = Signal.like(over, name=f"over_{tag}")
+            pend2 = Signal(name=f"pend_{tag}")
+            endpos2 = Signal.like(endpos, name=f"endpos_{tag}")
+            m.d.comb += [
+                room2.eq(Mux(pkt_end, top, room - e) if taking else room),
+                over2.eq(Mux(pkt_end, top - L - 1, over - e) if taking else over),
+                pend2.eq(pend1 | closes),
+                endpos2.eq(Mux(closes, n1 + in_bytes, endpos - e if taking else endpos)),
+            ]
+            # the next beat from the next state: comparisons side by side, one choice. With
+            # room2 > L the row end (at most L away to count) comes first anyway; with room2
+            # <= L its low bits are room2.
+            room_first = over2 < 0
+            low = room2[:L.bit_length()]
+            ends_row = pend2 & (endpos2 <= L) & (~room_first | (endpos2 <= low))
+            placed = _byte_shift(m, packed, n1, 8 * B, True, f"placed_{tag}")
+            rest = _byte_shift(m, buf, e, 8 * B, False, "buf_rest") if taking else buf
+            return ready, {
+                "buf": rest | Mux(accept, placed, 0),
+                "n": n1 + Mux(accept, in_bytes, 0),
+                "room": room2, "over": over2, "pend": pend2, "endpos": endpos2,
+                "e": Mux(ends_row, endpos2, Mux(room_first, room2, L)),
+                "row_end": ends_row,
+                "pkt_end": ends_row | room_first,
+            }
+
+        regs = {"buf": buf, "n": n, "room": room, "over": over, "pend": pend, "endpos": endpos,
+                "e": e,
+                "row_end": row_end, "pkt_end": pkt_end}
+        _choose_next(m, take, regs, i.ready, after(True), after(False))
         return m
 
 
@@ -230,7 +270,8 @@ class _Unpack(wiring.Component):
     many are there (latency 1); a chunk is appended while the bytes left after this cycle's
     output leave room. Rows end after ``row_bytes`` bytes, or with ``row_elems = 0`` at the
     packet ends (one packet end is held at a time: a chunk with ``end`` waits while the
-    previous one is still in the buffer).
+    previous one is still in the buffer). As in :class:`RowToPackets` the next beat's size and
+    row end are registers and the next state is chosen by the output handshake.
     """
 
     def __init__(self, data_bits, fmt):
@@ -247,16 +288,18 @@ class _Unpack(wiring.Component):
         i, o = self.i, self.o
         buf = Signal(8 * B)
         n = Signal(range(B + 1))
-        e = Signal(range(W + 1))
+        # The next output beat, kept as registers (computed from the next row state): e
+        # bytes and whether it ends the row, so no comparison precedes the output decision
+        # or the buffer's shifts in a cycle.
+        e = Signal(range(W + 1), init=min(W, f.row_bytes) if f.row_elems else W)
+        row_end = Signal(init=int(bool(f.row_elems) and f.row_bytes <= W))
         if f.row_elems:                         # rows counted in bytes
             rem = Signal(range(f.row_bytes + 1), init=f.row_bytes)
-            m.d.comb += e.eq(_min(rem, W))
-            row_end = e == rem
+            regs = {"rem": rem}
         else:                                   # rows end with packets
             pend = Signal()                     # a packet end lies in the buffer ...
             endpos = Signal(range(B + 1))       # ... after this many bytes
-            m.d.comb += e.eq(Mux(pend, _min(endpos, W), W))
-            row_end = pend & (e == endpos)
+            regs = {"pend": pend, "endpos": endpos}
         take = Signal()
         m.d.comb += [o.valid.eq(n >= e), take.eq(o.valid & o.ready), o.payload.last.eq(row_end)]
         field = getattr(o.payload, f.field)
@@ -271,30 +314,42 @@ class _Unpack(wiring.Component):
             m.d.comb += o.payload.last_row.eq(row == f.rows - 1)
             with m.If(take & row_end):
                 m.d.sync += row.eq(Mux(row == f.rows - 1, 0, row + 1))
-        shift = Signal(range(W + 1))
-        m.d.comb += shift.eq(Mux(take, e, 0))
-        n1 = Signal(range(B + 1))
-        m.d.comb += n1.eq(n - shift)
-        buf1 = _byte_shift(m, buf, shift, 8 * B, False, "buf_rest")
-        placed = _byte_shift(m, i.payload.data & _bytes_mask(i.payload.n, L), n1, 8 * B, True,
-                             "placed")
-        accept = Signal()
-        m.d.comb += accept.eq(i.valid & i.ready)
-        m.d.sync += [buf.eq(buf1), n.eq(n1)]
-        if f.row_elems:
-            m.d.comb += i.ready.eq(n1 <= W)
-            with m.If(take):
-                m.d.sync += rem.eq(Mux(row_end, f.row_bytes, rem - e))
-        else:
-            m.d.comb += i.ready.eq((n1 <= W) & ~(pend & ~(take & row_end) & i.payload.end))
-            with m.If(take & pend):
-                m.d.sync += endpos.eq(endpos - e)
-                with m.If(row_end):
-                    m.d.sync += pend.eq(0)
-            with m.If(accept & i.payload.end):
-                m.d.sync += [pend.eq(1), endpos.eq(n1 + i.payload.n)]
-        with m.If(accept):
-            m.d.sync += [buf.eq(buf1 | placed), n.eq(n1 + i.payload.n)]
+        chunk = i.payload.data & _bytes_mask(i.payload.n, L)
+
+        def after(taking):
+            """The next state when the output beat is (``taking``) or is not taken, computed
+            for both in parallel; ``take`` chooses."""
+            tag = "t" if taking else "n"
+            n1 = Signal(range(B + 1), name=f"n1_{tag}")
+            m.d.comb += n1.eq(n - e if taking else n)
+            ready = Signal(name=f"ready_{tag}")
+            nxt = {}
+            if f.row_elems:
+                m.d.comb += ready.eq(n1 <= W)
+                rem2 = Signal.like(rem, name=f"rem_{tag}")
+                m.d.comb += rem2.eq(Mux(row_end, f.row_bytes, rem - e) if taking else rem)
+                ends_row = rem2 <= W
+                nxt.update(rem=rem2, e=Mux(ends_row, rem2, W))
+            else:
+                pend1 = pend & ~row_end if taking else pend
+                m.d.comb += ready.eq((n1 <= W) & ~(pend1 & i.payload.end))
+                closes = i.valid & ready & i.payload.end
+                pend2 = Signal(name=f"pend_{tag}")
+                endpos2 = Signal.like(endpos, name=f"endpos_{tag}")
+                m.d.comb += [pend2.eq(pend1 | closes),
+                             endpos2.eq(Mux(closes, n1 + i.payload.n,
+                                            endpos - e if taking else endpos))]
+                ends_row = pend2 & (endpos2 <= W)
+                nxt.update(pend=pend2, endpos=endpos2, e=Mux(ends_row, endpos2, W))
+            accept = i.valid & ready
+            placed = _byte_shift(m, chunk, n1, 8 * B, True, f"placed_{tag}")
+            rest = _byte_shift(m, buf, e, 8 * B, False, "buf_rest") if taking else buf
+            nxt.update(buf=rest | Mux(accept, placed, 0), n=n1 + Mux(accept, i.payload.n, 0),
+                       row_end=ends_row)
+            return ready, nxt
+
+        regs.update(buf=buf, n=n, e=e, row_end=row_end)
+        _choose_next(m, take, regs, i.ready, after(True), after(False))
         return m
 
 
