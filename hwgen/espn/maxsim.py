@@ -13,7 +13,7 @@ Default configuration: ColBERTer's 32-dimensional token embeddings, queries of u
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,10 +25,13 @@ from ..lib.pipeline import CreditBuffer, adder_tree, delay, sum_shape
 from . import golden
 
 __all__ = ["MaxSimConfig", "MaxSim", "query_layout", "doc_layout", "SCORE", "TEST_CONFIGS",
-           "OUTPUT_FIFO_CYCLES"]
+           "OUTPUT_FIFO_CYCLES", "MAX_STAGES"]
 
 #: Cycles the output FIFO adds between a score entering it and leaving on ``o_scores``.
 OUTPUT_FIFO_CYCLES = 2
+#: Cycles from a step's dot product to its updated running maximum: the maximum read and the
+#: dot product registered side by side, then the registered comparison.
+MAX_STAGES = 2
 
 
 @dataclass(frozen=True)
@@ -65,10 +68,11 @@ class MaxSimConfig(Config):
     def pipeline_latency(self):
         """Cycles from a step's issue to its score entering the output FIFO: lane 0's memory
         read, read-data register, two multiplier input registers, two product registers and
-        the dot-product adder tree; the ``lanes`` cycles of the systolic row (lane ``p`` runs
-        ``p`` cycles behind lane 0; running max, then the lane sum, one adder per lane), the
-        accumulator and its register feeding the FIFO."""
-        return 7 + self.dot_tree_latency + self.lanes
+        the dot-product adder tree; the running maximum's :data:`MAX_STAGES` (its registered
+        read beside the dot product, then the registered comparison); the ``lanes`` cycles of
+        the systolic row (lane ``p`` runs ``p`` cycles behind lane 0; the lane sum, one adder
+        per lane), the accumulator and its register feeding the FIFO."""
+        return 6 + MAX_STAGES + self.dot_tree_latency + self.lanes
 
     @property
     def latency(self):
@@ -200,14 +204,13 @@ class MaxSim(wiring.Component):
 
     The lanes form a systolic row: lane ``p`` works on a step ``p`` cycles after lane 0, and
     the memory address, the document token and the partial score pass from lane to lane
-    through registers. Each lane keeps its ``G`` running maxima in a circular shift register
-    that advances once per step, so the maximum of group ``g`` is at its head when step ``g``
-    arrives (a document's first token overwrites instead of comparing); lane ``p`` then adds
-    its updated maximum (zero for a query token beyond the query's length) to the sum of
-    lanes ``0 .. p - 1``. On a document's last token the row's sums of the ``G`` steps are
-    accumulated into the score. With ``G >= 2`` the comparison of a step is registered and its
-    result written back into the ring one step later (:meth:`_running_max`), so the path from
-    a dot product ends at a register after the comparator.
+    through registers. Each lane keeps its ``G`` running maxima, one per group: step ``g``
+    reads group ``g``'s maximum into a register beside its dot product's, compares the two
+    registers and writes the larger back (a document's first token overwrites instead of
+    comparing; :meth:`_running_max`), so the comparator runs from registers to a register;
+    lane ``p`` then adds its updated maximum (zero for a query token beyond the query's
+    length) to the sum of lanes ``0 .. p - 1``. On a document's last token the row's sums of
+    the ``G`` steps are accumulated into the score.
 
     Registers: the lane memories' read data, both multiplier inputs (each token register
     feeds one lane's multipliers and the next lane's register: no fanout grows with
@@ -222,7 +225,7 @@ class MaxSim(wiring.Component):
     Initiation interval ``G = ceil(q_tokens / lanes)`` cycles per document token (tokens of
     one document and of successive documents and batches follow without gaps while
     ``i_docs`` is valid); one score per document, so up to one score every ``G`` cycles
-    (one-token documents). Latency ``9 + ceil(log2 dim) + lanes`` cycles from the
+    (one-token documents). Latency ``10 + ceil(log2 dim) + lanes`` cycles from the
     handshake of a document's last token (its last step) to its score's handshake
     (:attr:`MaxSimConfig.latency`); ``G - 1`` cycles more from that token's first cycle of
     TVALID. A query loads one token per cycle; a batch's documents start two cycles after
@@ -390,7 +393,7 @@ class MaxSim(wiring.Component):
         t_dot = 5 + c.dot_tree_latency
         addr = _taps(m, Cat(g, rbank), P - 1, "addr")
         tok = _taps(m, payload.tok, P + 1, "tok")
-        valid = _taps(m, issue, t_dot + P + 1, "v")
+        valid = _taps(m, issue, t_dot + P + MAX_STAGES, "v")
         first = _taps(m, doc_start, t_dot + P - 1, "first")
         # query tokens of the step's group that exist: ``left`` (registered in cycle 1) is
         # the query's length minus the group's first token; lane p compares it in p + t_dot
@@ -398,7 +401,7 @@ class MaxSim(wiring.Component):
         left = Signal(range(-G * P, Q + 1))
         m.d.comb += qlen_cur.eq(Mux(rbank, qlen[1], qlen[0]))
         m.d.sync += left.eq(qlen_cur - base)
-        left_at = _taps(m, left, t_dot + P - 2, "left")
+        left_at = _taps(m, left, t_dot + P + MAX_STAGES - 3, "left")
 
         dots = []
         for p, (_, rd) in enumerate(mems):
@@ -422,22 +425,46 @@ class MaxSim(wiring.Component):
         assert dot_shape.width <= c.dot_bits + 1
         return dots, valid, first, left_at, t_dot
 
-    def _running_max(self, m, p, dot, first, valid):
-        """Lane ``p``'s ring of ``G`` running maxima, advanced when ``valid``; returns the
-        step's updated maximum, valid the cycle after the step.
+    def _running_max(self, m, p, dot, first, valid, group):
+        """Lane ``p``'s ``G`` running maxima, one per query token group; returns the step's
+        updated maximum, valid :data:`MAX_STAGES` cycles after the step (``dot``, ``first``,
+        ``valid`` and ``group`` are the step's, in its cycle).
 
-        With ``G >= 2`` the comparison is registered: the ring holds ``G - 1`` maxima plus the
-        latest step as ``(take, dot, old)``, resolved by a mux on its way into the ring (an
-        entry written back at step ``s + 1`` is read again at ``s + G``), so no path runs from
-        the dot product through the comparator into the maxima. ``G == 1`` compares and
-        writes in one cycle (the entry is read again at the next step)."""
+        With ``G >= 3`` the maxima are ``G`` registers indexed by the group: the step reads
+        its group's maximum into a register beside the dot product's (stage 1), compares the
+        two registers (stage 2: ``take``) and writes the chosen one back in the next cycle, so
+        the comparator's inputs and output are all registers and no path runs from the dot
+        product's adder tree or from the maxima through the comparator. A group's maximum is
+        read again ``G`` steps (at least ``G`` cycles) later and written two cycles after its
+        step, hence ``G >= 3``. ``G == 2`` keeps a ring (one stored maximum and the latest
+        step as ``(take, dot, old)``, resolved by a mux on its way into the ring) and ``G ==
+        1`` compares and writes in one cycle; both delay the result by a register to the same
+        latency."""
         G = self.config.groups
         shape = dot.shape()
+        if G >= 3:
+            maxima = [Signal(shape, name=f"max{p}_{j}", reset_less=True) for j in range(G)]
+            dot_c = Signal(shape, name=f"dot_c{p}", reset_less=True)
+            old_c = Signal(shape, name=f"old_c{p}", reset_less=True)
+            first_c = Signal(name=f"first_c{p}")
+            m.d.sync += [dot_c.eq(dot), old_c.eq(Array(maxima)[group]), first_c.eq(first)]
+            take = Signal(name=f"take{p}")
+            dot_d = Signal(shape, name=f"dot_d{p}", reset_less=True)
+            old_d = Signal(shape, name=f"old_d{p}", reset_less=True)
+            m.d.sync += [take.eq(first_c | (dot_c > old_c)), dot_d.eq(dot_c), old_d.eq(old_c)]
+            latest = Signal(shape, name=f"latest{p}")
+            m.d.comb += latest.eq(Mux(take, dot_d, old_d))
+            write = delay(m, valid, MAX_STAGES, name=f"max_we{p}")
+            slot = delay(m, group, MAX_STAGES, name=f"max_slot{p}")
+            for j in range(G):
+                with m.If(write & (slot == j)):
+                    m.d.sync += maxima[j].eq(latest)
+            return latest
         if G == 1:
             regs = [Signal(shape, name=f"max{p}_0")]
             with m.If(valid):
                 m.d.sync += regs[0].eq(Mux(first | (dot > regs[0]), dot, regs[0]))
-            return regs[0]
+            return delay(m, regs[0], MAX_STAGES - 1, name=f"upd{p}")
         regs = [Signal(shape, name=f"max{p}_{j}") for j in range(G - 1)]
         take = Signal(name=f"take{p}")
         dot_r, old_r = Signal(shape, name=f"dot_r{p}"), Signal(shape, name=f"old_r{p}")
@@ -448,30 +475,31 @@ class MaxSim(wiring.Component):
                          regs[G - 2].eq(latest)]
             for j in range(G - 2):
                 m.d.sync += regs[j].eq(regs[j + 1])
-        return latest
+        return delay(m, latest, MAX_STAGES - 1, name=f"upd{p}")
 
     def _max_sum(self, m, out, dots, valid, first, left_at, t_dot, g, handshake, release):
         """Datapath, second half: each lane's running maxima over the document (one per
         group), summed along the lanes and over the groups into the score, which enters
         ``out`` ``pipeline_latency`` cycles after its document's last handshake."""
         c = self.config
-        P, G, Q = c.lanes, c.groups, c.q_tokens
+        P, Q = c.lanes, c.q_tokens
         dot_shape = dots[0].shape()
         payload = self.i_docs.payload
-        # Running maxima: a circular shift register of G entries per lane, advanced on every
-        # step; its head is the maximum of the step's group. In cycle p + t_dot + 1 lane p adds
-        # its updated maximum (zero past the query's length) to the sum of lanes 0 .. p - 1.
+        # Running maxima: G per lane, one per group (_running_max). In cycle p + t_dot +
+        # MAX_STAGES lane p adds its updated maximum (zero past the query's length) to the sum
+        # of lanes 0 .. p - 1.
         partial = None
+        group = _taps(m, g, t_dot + P - 1, "g")
         for p, dot in enumerate(dots):
             t = t_dot + p
-            updated = self._running_max(m, p, dot, first[t], valid[t])
+            updated = self._running_max(m, p, dot, first[t], valid[t], group[t])
             exists = Signal(name=f"exists{p}")
-            m.d.sync += exists.eq(left_at[t - 1] > p)
+            m.d.sync += exists.eq(left_at[t + MAX_STAGES - 2] > p)
             term = Mux(exists, updated, 0)
             total = Signal(sum_shape([dot_shape] * (p + 1)), name=f"lanesum{p}")
             m.d.sync += total.eq(term if partial is None else partial + term)
             partial = total
-        t_part = t_dot + P + 1                         # cycle of the sum over the lanes
+        t_part = t_dot + P + MAX_STAGES                # cycle of the sum over the lanes
 
         acc_shape = sum_shape([dot_shape] * Q)
         assert acc_shape.width <= 32
