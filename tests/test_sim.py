@@ -50,7 +50,9 @@ def test_engines_agree_without_stalls(name):
     """Same stimulus, no stalls: both testbenches receive the same beats and, where no
     memory model with its own random latency is involved, count the same cycles. Then the
     same stimulus with stalls, on each engine: the gaps and held beats are counted, and the
-    run takes more cycles than without them."""
+    run takes no fewer cycles than without them (a compute-bound block absorbs 30% stalls in
+    its buffers: the attention dot product, ``head_dim`` cycles per round, finishes 0 to 2
+    cycles later)."""
     acc, cfg = _cfg(name, 0)
     items = min(acc.test_items or acc.default_items, 400)
     runs = {engine: simulate(acc, cfg, items=items, seed=7, stall=0.0, engine=engine,
@@ -66,7 +68,7 @@ def test_engines_agree_without_stalls(name):
         stalled = simulate(acc, cfg, items=items, seed=7, stall=0.3, engine=engine)
         assert stalled["mismatches"] == 0 and not stalled["timeout"]
         assert stalled["input_gaps"] > 0 and stalled["output_stalls"] > 0, (engine, stalled)
-        assert stalled["cycles"] > plain["cycles"], engine
+        assert stalled["cycles"] >= plain["cycles"], engine
 
 
 @pytest.mark.parametrize("engine", ["cocotb", "native"])

@@ -15,7 +15,7 @@ max_len=40 --set pes=5``. The defaults are one BERT-base head (d = 64, M <= 128)
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,7 +28,7 @@ from ..lib.row_ports import RowKernel, RowPort
 from .layernorm import NO_COLLISIONS
 from .matrix_common import GroupSerializer, ceil_div, matrix_int8, matrix_sizes
 
-__all__ = ["AttnDotConfig", "AttnDot", "AttnDotModel", "TEST_CONFIGS"]
+__all__ = ["AttnDotConfig", "AttnDot", "AttnDotModel", "TEST_CONFIGS", "SELECT_CHUNK"]
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ class AttnDotConfig(Config, RowKernel):
         return 16 + (self.head_dim - 1).bit_length()
 
     #: Cycles from issuing a round's last step to its scores reaching the serializer:
-    #: memory read, read-data register, element select, multiplier-input register, product,
-    #: accumulate.
-    latency = 6
+    #: memory read, read-data register and a second row register, element select (two
+    #: registered steps), multiplier-input register, product, accumulate.
+    latency = 8
 
     @dataclass(frozen=True)
     class Workload(contract.Workload):
@@ -118,6 +118,30 @@ def row_layout(d, name):
 SCORE = data.StructLayout({"s": signed(32), "last_row": 1, "last": 1})
 
 
+#: Elements per chunk of the first of the two element-select steps (32 bits: one ECP5
+#: DP16KD or UltraScale+ RAMB18 word of the row memory).
+SELECT_CHUNK = 4
+
+
+def _select_element(m, row, j, j_next, name):
+    """Element ``j`` of ``row`` (an int8 array register), registered twice: first within each
+    chunk of :data:`SELECT_CHUNK` elements (``j``'s low bits; a small mux per chunk, beside
+    the memory that holds it), then among the chunks (``j_next``, the index a cycle later).
+    So no register fans in from the whole row, which spans many block RAMs. Returns the
+    selected element, valid two cycles after ``j``."""
+    d = len(row)
+    low = (SELECT_CHUNK - 1).bit_length()
+    chunks = []
+    for w in range(0, d, SELECT_CHUNK):
+        part = [row[k] for k in range(w, min(d, w + SELECT_CHUNK))]
+        sub = Signal(signed(8), name=f"{name}_sub{w // SELECT_CHUNK}", reset_less=True)
+        m.d.sync += sub.eq(Array(part)[j[:low]] if len(part) > 1 else part[0])
+        chunks.append(sub)
+    elem = Signal(signed(8), name=f"{name}_e", reset_less=True)
+    m.d.sync += elem.eq(Array(chunks)[j_next[low:]] if len(chunks) > 1 else chunks[0])
+    return elem
+
+
 class AttnDot(wiring.Component):
     """Attention dot product ``S = Q @ K^T`` of one head.
 
@@ -150,7 +174,7 @@ class AttnDot(wiring.Component):
     Timing
     ------
     A Q row takes ``R * head_dim`` cycles (initiation interval), rows and heads follow without
-    gaps. The first score leaves ``Mp + head_dim + 8`` cycles after the first Q beat when K
+    gaps. The first score leaves ``Mp + head_dim + 10`` cycles after the first Q beat when K
     arrives alongside (K load and padding, one round, accumulate and output FIFO); a round's
     scores follow one per cycle. Exact formulas: :func:`hwgen.ibert.model.attn_dot_cycles`.
 
@@ -169,9 +193,9 @@ class AttnDot(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         kmems, kfull, mk, rounds, kdone = self._k_loader(m)
-        q_rd, qfull, qrbank, qflag, qload = self._q_loader(m)
+        q_rd, qslots, qrbank, qflag = self._q_loader(m)
         ser, j, issue, final_j, final_r, count, row_last = self._issue(
-            m, kmems, kfull, mk, rounds, kdone, q_rd, qfull, qrbank, qflag, qload)
+            m, kmems, kfull, mk, rounds, kdone, q_rd, qslots, qrbank, qflag)
         self._datapath(m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last)
         return m
 
@@ -179,7 +203,8 @@ class AttnDot(wiring.Component):
         """K loader: row ``c`` of ``i_k`` into PE ``c % pes``'s double-buffered memory at
         address ``c // pes``, then zero rows up to a multiple of ``pes``. Returns ``(kmems,
         kfull, mk, rounds, kdone)``: the memories' ports, the banks loaded (updated by
-        :meth:`_issue`), each bank's row and round counts, the strobe of a matrix's end."""
+        :meth:`_issue`), each bank's row count and last round index, the strobe of a matrix's
+        end."""
         c = self.config
         d, P = c.head_dim, c.pes
         row_shape = data.ArrayLayout(signed(8), d)
@@ -198,7 +223,9 @@ class AttnDot(wiring.Component):
         kaddr = Signal(range(c.max_rounds))
         kcount = Signal(range(c.max_len + 1))
         mk = [Signal(range(c.max_len + 1), name=f"mk{b}") for b in range(2)]
-        rounds = [Signal(range(c.max_rounds + 1), name=f"rounds{b}") for b in range(2)]
+        # each bank's last round index (rounds - 1), compared for equality by the issue: no
+        # subtraction before the decision
+        rounds = [Signal(range(c.max_rounds), name=f"last_round{b}") for b in range(2)]
         kload, kwrite, kdone = Signal(), Signal(), Signal()
         m.d.comb += [
             self.i_k.ready.eq((kfull < 2) & ~kpad),
@@ -222,41 +249,54 @@ class AttnDot(wiring.Component):
             m.d.sync += [kpad.eq(0), kaddr.eq(0), kcount.eq(0), kwbank.eq(~kwbank)]
             for b in range(2):
                 with m.If(kwbank == b):
-                    m.d.sync += [mk[b].eq(kcount + kload), rounds[b].eq(kaddr + 1)]
+                    m.d.sync += [mk[b].eq(kcount + kload), rounds[b].eq(kaddr)]
         return kmems, kfull, mk, rounds, kdone
 
     def _q_loader(self, m):
-        """Q loader: ``i_q`` rows into two row slots. Returns ``(q_rd, qfull, qrbank, qflag,
-        qload)``: the read port, the slots loaded (updated by :meth:`_issue`), the slot read,
-        each slot's end-of-matrix flag and the load strobe."""
+        """Q loader: ``i_q`` rows into two row slots. Returns ``(q_rd, (qheld, qtake, qfull,
+        qload), qrbank, qflag)``: the read port, the slots taken and written (both counts
+        updated by :meth:`_issue`) with the strobes of a handshake and of a row's write, the
+        slot read and each slot's end-of-matrix flag.
+
+        The write is registered (a cycle after the handshake): the handshake's decision then
+        reaches one enable register, not the row memory's ``head_dim`` bytes, which with
+        many PEs sit across the die. ``qheld`` counts the slots taken (``i_q.ready``),
+        ``qfull`` the slots written."""
         c = self.config
         row_shape = data.ArrayLayout(signed(8), c.head_dim)
         # -- Q loader: two row slots --------------------------------------------------------------
         qmem = memory.Memory(shape=row_shape, depth=2, init=[])
         m.submodules.qmem = qmem
         q_wr, q_rd = qmem.write_port(), qmem.read_port()
+        qheld = Signal(range(3))
         qfull = Signal(range(3))
         qwbank, qrbank = Signal(), Signal()
         qflag = Signal(2)                     # the slot's row is its matrix's last
-        qload = Signal()
+        qtake, qload = Signal(), Signal()
+        wr_data = Signal(row_shape, name="q_wr_data", reset_less=True)
+        wr_bank, wr_last = Signal(), Signal()
         m.d.comb += [
-            self.i_q.ready.eq(qfull < 2),
-            qload.eq(self.i_q.valid & self.i_q.ready),
-            q_wr.addr.eq(qwbank), q_wr.data.eq(self.i_q.payload.q), q_wr.en.eq(qload),
+            self.i_q.ready.eq(qheld < 2),
+            qtake.eq(self.i_q.valid & self.i_q.ready),
+            q_wr.addr.eq(wr_bank), q_wr.data.eq(wr_data), q_wr.en.eq(qload),
         ]
-        with m.If(qload):
+        m.d.sync += [wr_data.eq(self.i_q.payload.q), wr_bank.eq(qwbank),
+                     wr_last.eq(self.i_q.payload.last), qload.eq(qtake)]
+        with m.If(qtake):
             m.d.sync += qwbank.eq(~qwbank)
+        with m.If(qload):
             for b in range(2):
-                with m.If(qwbank == b):
-                    m.d.sync += qflag[b].eq(self.i_q.payload.last)
-        return q_rd, qfull, qrbank, qflag, qload
+                with m.If(wr_bank == b):
+                    m.d.sync += qflag[b].eq(wr_last)
+        return q_rd, (qheld, qtake, qfull, qload), qrbank, qflag
 
-    def _issue(self, m, kmems, kfull, mk, rounds, kdone, q_rd, qfull, qrbank, qflag, qload):
+    def _issue(self, m, kmems, kfull, mk, rounds, kdone, q_rd, qslots, qrbank, qflag):
         """Issue: round ``r``, step ``j`` of the oldest Q row, a round's last step waiting
         for the output serializer ``ser`` (created here, driving ``o_s``). Returns ``(ser, j,
         issue, final_j, final_r, count, row_last)``."""
         c = self.config
         d, P = c.head_dim, c.pes
+        qfull = qslots[2]
         # -- issue: round r, step j of the oldest Q row ------------------------------------------
         m.submodules.ser = ser = GroupSerializer(SCORE, lanes=P, latency=c.latency)
         wiring.connect(m, wiring.flipped(self.o_s), ser.o)
@@ -272,7 +312,7 @@ class AttnDot(wiring.Component):
         count = Signal(range(P + 1))
         m.d.comb += [
             final_j.eq(j == d - 1),
-            final_r.eq(r == rounds_cur - 1),
+            final_r.eq(r == rounds_cur),
             left.eq(mk_cur - col),
             issue.eq((qfull != 0) & (kfull != 0) & (~final_j | ser.ready)),
             ser.take.eq(issue & final_j),
@@ -301,7 +341,9 @@ class AttnDot(wiring.Component):
                     with m.If(row_last):
                         m.d.sync += krbank.eq(~krbank)
         k_release = row_done & row_last
-        m.d.sync += [kfull.eq(kfull + kdone - k_release), qfull.eq(qfull + qload - row_done)]
+        qheld, qtake, _, qload = qslots
+        m.d.sync += [kfull.eq(kfull + kdone - k_release), qfull.eq(qfull + qload - row_done),
+                     qheld.eq(qheld + qtake - row_done)]
         return ser, j, issue, final_j, final_r, count, row_last
 
     def _datapath(self, m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last):
@@ -310,26 +352,31 @@ class AttnDot(wiring.Component):
         cycles after its last step."""
         c = self.config
         # -- datapath: select element j, multiply, accumulate ----------------------------------
-        # memory read (cycle 1), its rows registered (2: a block RAM's read data go through no
-        # logic first), element select (3), a register per multiplier input (4), product
-        # (5): the last two reset-less, so that the ECP5 flow packs them into each
-        # MULT18X18D (hwgen.flow.ecp5_dsp_pack) and the shared element q_e fans out from a
-        # register
-        j2 = delay(m, j, 2, name="j")
-        v_prod = delay(m, issue, 5, name="v")
-        first_prod = delay(m, j == 0, 5, name="first")
-        q_row = Signal.like(q_rd.data, name="q_row", reset_less=True)
-        q_e = Signal(signed(8), reset_less=True)
-        m.d.sync += [q_row.eq(q_rd.data), q_e.eq(q_row[j2])]
+        # memory read (cycle 1), its rows registered twice (2, 3: a block RAM's read data go
+        # through no logic first, and the first register need not sit by the selects),
+        # element j selected in two registered steps (4: within each chunk of SELECT_CHUNK
+        # elements; 5: among the chunks), a register per multiplier input (6), product (7):
+        # the last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
+        # (hwgen.flow.ecp5_dsp_pack) and the shared element q_e fans out from a register
+        j3 = delay(m, j, 3, name="j")
+        j4 = delay(m, j3, 1, name="j4")
+        v_prod = delay(m, issue, self.config.latency - 1, name="v")
+        first_prod = delay(m, j == 0, self.config.latency - 1, name="first")
+        q_row = delay(m, q_rd.data, 2, name="q_row", reset_less=True)
+        q_e = _select_element(m, q_row, j3, j4, "q")
         accs = []
         for p, (_, rd) in enumerate(kmems):
-            k_row = Signal.like(rd.data, name=f"k_row{p}", reset_less=True)
-            k_e, q_op, k_op = (Signal(signed(8), name=f"{n}{p}", reset_less=True)
-                               for n in ("k", "q_op", "k_op"))
+            # two row registers: the first can sit by its block RAM (whose clock-to-out is
+            # most of a cycle), the second by the element select
+            k_row = delay(m, rd.data, 2, name=f"k_row{p}", reset_less=True)
+            # each PE its own copy of the element index: no register fans out to every PE
+            j3p = delay(m, j, 3, name=f"j{p}")
+            k_e = _select_element(m, k_row, j3p, delay(m, j3p, 1, name=f"j4_{p}"), f"k{p}")
+            q_op, k_op = (Signal(signed(8), name=f"{n}{p}", reset_less=True)
+                          for n in ("q_op", "k_op"))
             prod = Signal(signed(16), name=f"prod{p}", reset_less=True)
             acc = Signal(signed(c.acc_bits), name=f"acc{p}")
-            m.d.sync += [k_row.eq(rd.data), k_e.eq(k_row[j2]), q_op.eq(q_e), k_op.eq(k_e),
-                         prod.eq(q_op * k_op)]
+            m.d.sync += [q_op.eq(q_e), k_op.eq(k_e), prod.eq(q_op * k_op)]
             with m.If(v_prod):
                 with m.If(first_prod):
                     m.d.sync += acc.eq(prod)
