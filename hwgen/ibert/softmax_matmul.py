@@ -66,8 +66,9 @@ class SoftmaxMatmulConfig(Config, RowKernel):
         return P_BITS + 8 + (self.max_len - 1).bit_length()
 
     #: Cycles from issuing a group's last step to its rows reaching the serializer: memory
-    #: read, element select, multiplier-input register, product, accumulate.
-    latency = 5
+    #: read, read-data register, element select, multiplier-input register, product,
+    #: accumulate.
+    latency = 6
 
     @dataclass(frozen=True)
     class Workload(contract.Workload):
@@ -112,6 +113,11 @@ class SoftmaxMatmulConfig(Config, RowKernel):
         return {"max_beats": self.max_beats, "macs": self.pes * self.head_dim,
                 "accumulator_bits": self.acc_bits, "pipeline_latency": self.latency,
                 "output_fifo_rows": self.latency + 3 * self.pes + 4}
+
+
+#: Multipliers fed by one copy of a PE's selected P element (the copies are registers
+#: selected in parallel, so no register fans out to all ``head_dim`` multipliers).
+OPERAND_FANOUT = 8
 
 
 def _banked(bank, addr, bits):
@@ -173,7 +179,7 @@ class SoftmaxMatmul(wiring.Component):
     Loading a group of ``pes`` rows takes ``pes * ceil(M_k / pes) >= M_k`` beats, computing
     it ``M_k`` cycles: the input of P sets the pace, ``ceil(M_k / pes)`` cycles per row of a
     full group (one beat per cycle). The first row of O leaves ``max(n * ceil(M_k / pes), M_k)
-    + M_k + 7`` cycles after the first beat of P (``n = min(pes, M_q)``, V arriving alongside);
+    + M_k + 8`` cycles after the first beat of P (``n = min(pes, M_q)``, V arriving alongside);
     the group's other rows follow one per cycle. Exact formulas:
     :func:`hwgen.ibert.model.softmax_matmul_cycles`.
 
@@ -201,7 +207,8 @@ class SoftmaxMatmul(wiring.Component):
     def _v_loader(self, m):
         """V loader: ``i_v`` rows into the double-buffered V memory. Returns ``(v_rd, vfull,
         vrbank, mk, vdone)``: the read port, the banks loaded (updated by :meth:`_issue`),
-        the bank read, each bank's row count and the strobe of a matrix's last row."""
+        the bank read, each bank's last row index (M_k - 1) and the strobe of a matrix's last
+        row."""
         c = self.config
         d = c.head_dim
         lbits = (c.max_len - 1).bit_length()
@@ -214,7 +221,9 @@ class SoftmaxMatmul(wiring.Component):
         vfull = Signal(range(3))
         vwbank, vrbank = Signal(), Signal()
         vrow = Signal(range(c.max_len))
-        mk = [Signal(range(c.max_len + 1), name=f"mk{b}") for b in range(2)]
+        # each bank's last row index (M_k - 1), compared for equality by the issue: no
+        # subtraction before the decision
+        mk = [Signal(range(c.max_len), name=f"mk_last{b}") for b in range(2)]
         vload, vdone = Signal(), Signal()
         m.d.comb += [
             self.i_v.ready.eq(vfull < 2),
@@ -230,7 +239,7 @@ class SoftmaxMatmul(wiring.Component):
                 m.d.sync += [vrow.eq(0), vwbank.eq(~vwbank)]
                 for b in range(2):
                     with m.If(vwbank == b):
-                        m.d.sync += mk[b].eq(vrow + 1)
+                        m.d.sync += mk[b].eq(vrow)
         return v_rd, vfull, vrbank, mk, vdone
 
     def _p_loader(self, m):
@@ -299,14 +308,15 @@ class SoftmaxMatmul(wiring.Component):
         kb = Signal(range(c.max_beats))
         kl = Signal(range(P))
         gap = Signal(range(P))          # cycles until the serializer takes another group
-        mk_cur = Mux(vrbank, mk[1], mk[0])
+        gap_zero = Signal(init=1)       # gap == 0, kept as a register
+        mk_last = Mux(vrbank, mk[1], mk[0])
         rows_cur = Mux(prbank, rows[1], rows[0])
         group_last = Signal()
         final_k, issue, group_done = Signal(), Signal(), Signal()
         m.d.comb += [
             group_last.eq(gend.bit_select(prbank, 1)),
-            final_k.eq(k == mk_cur - 1),
-            issue.eq((pfull != 0) & (vfull != 0) & (~final_k | (ser.ready & (gap == 0)))),
+            final_k.eq(k == mk_last),
+            issue.eq((pfull != 0) & (vfull != 0) & (~final_k | (ser.ready & gap_zero))),
             ser.take.eq(issue & final_k),
             ser.count.eq(rows_cur),
             group_done.eq(issue & final_k),
@@ -315,9 +325,9 @@ class SoftmaxMatmul(wiring.Component):
         for _, rd in pmems:
             m.d.comb += rd.addr.eq(_banked(prbank, kb, bbits))
         with m.If(group_done):
-            m.d.sync += gap.eq(rows_cur - 1)
-        with m.Elif(gap != 0):
-            m.d.sync += gap.eq(gap - 1)
+            m.d.sync += [gap.eq(rows_cur - 1), gap_zero.eq(rows_cur == 1)]
+        with m.Elif(~gap_zero):
+            m.d.sync += [gap.eq(gap - 1), gap_zero.eq(gap == 1)]
         with m.If(issue):
             m.d.sync += [k.eq(k + 1), kl.eq(kl + 1)]
             with m.If(kl == P - 1):
@@ -337,29 +347,39 @@ class SoftmaxMatmul(wiring.Component):
         c = self.config
         d = c.head_dim
         # -- datapath: lane select, d products per PE, accumulate ----------------------------------
-        # element select (cycle 2), a register per multiplier input (3), product (4): the
-        # last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
+        # read data registered (cycle 2: a block RAM's read data go through no logic first),
+        # element select (3, one copy of the selected P element per OPERAND_FANOUT
+        # multipliers), a register per multiplier input (4), product (5): the last two
+        # reset-less, so that the ECP5 flow packs them into each MULT18X18D
         # (hwgen.flow.ecp5_dsp_pack) and the shared operands fan out from registers
-        kl1 = delay(m, kl, 1, name="kl")
-        v_prod = delay(m, issue, 4, name="v")
-        first_prod = delay(m, k == 0, 4, name="first")
+        kl2 = delay(m, kl, 2, name="kl")
+        v_prod = delay(m, issue, c.latency - 1, name="v")
+        first_prod = delay(m, k == 0, c.latency - 1, name="first")
         v_row = Signal(data.ArrayLayout(signed(8), d), reset_less=True)
-        m.d.sync += v_row.eq(v_rd.data)
+        v_row2 = Signal(data.ArrayLayout(signed(8), d), name="v_row2", reset_less=True)
+        m.d.sync += [v_row.eq(v_rd.data), v_row2.eq(v_row)]
         done = issue & final_k
         lat = c.latency
         n_d = delay(m, rows_cur, lat, name="rows")
         end_d = delay(m, group_last, lat, name="group_last")
         m.d.comb += [ser.i_valid.eq(delay(m, done, lat, name="done")), ser.i_count.eq(n_d)]
         for s, (_, rd) in enumerate(pmems):
-            p_e = Signal(unsigned(P_BITS), name=f"p{s}", reset_less=True)
-            m.d.sync += p_e.eq(rd.data[kl1])
+            p_row = Signal.like(rd.data, name=f"p_row{s}", reset_less=True)
+            m.d.sync += p_row.eq(rd.data)
+            p_es = []
+            for g in range(0, d, OPERAND_FANOUT):
+                p_e = Signal(unsigned(P_BITS), name=f"p{s}_{g // OPERAND_FANOUT}",
+                             reset_less=True)
+                m.d.sync += p_e.eq(p_row[kl2])
+                p_es.append(p_e)
             item = ser.i_items[s]
             for e in range(d):
+                p_e = p_es[e // OPERAND_FANOUT]
                 p_op = Signal(unsigned(P_BITS), name=f"p_op{s}_{e}", reset_less=True)
                 v_op = Signal(signed(8), name=f"v_op{s}_{e}", reset_less=True)
                 prod = Signal(signed(P_BITS + 8), name=f"prod{s}_{e}", reset_less=True)
                 acc = Signal(signed(c.acc_bits), name=f"acc{s}_{e}")
-                m.d.sync += [p_op.eq(p_e), v_op.eq(v_row[e]), prod.eq(p_op * v_op)]
+                m.d.sync += [p_op.eq(p_e), v_op.eq(v_row2[e]), prod.eq(p_op * v_op)]
                 with m.If(v_prod):
                     with m.If(first_prod):
                         m.d.sync += acc.eq(prod)
