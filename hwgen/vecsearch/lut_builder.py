@@ -73,8 +73,9 @@ class LUTBuilderConfig(Config):
     @property
     def latency(self):
         """Cycles from issuing a row's last step to the row entering the output FIFO:
-        memory read, difference, square, adder tree, shift/saturate."""
-        return 4 + self.tree_latency
+        memory read, read-data register, difference (the squarer's input register), square
+        (its output register), adder tree, shift/saturate."""
+        return 5 + self.tree_latency
 
     @dataclass(frozen=True)
     class Workload(contract.Workload):
@@ -124,7 +125,10 @@ class LUTBuilder(wiring.Component):
     ``lanes = sub_par or m`` sub-spaces are computed per cycle by ``lanes * dsub`` squarers, so a
     row takes ``ceil(m / lanes)`` cycles and a LUT ``256 * ceil(m / lanes)``; consecutive query
     pairs follow back to back. Latency from a pair's acceptance to its first row on ``o_lut`` is
-    ``ceil(m / lanes) + 6 + ceil(log2 dsub)`` cycles.
+    ``ceil(m / lanes) + 7 + ceil(log2 dsub)`` cycles. Registers: the centroid memories' read
+    data (no arithmetic follows a block RAM output in the same cycle), each squarer's input
+    and product (reset-less, so that the ECP5 flow packs them into the MULT18X18D), every
+    adder-tree level and the saturated value.
 
     Backpressure: ``o_lut`` may stall at any time; row computation pauses when the output FIFO
     could fill (credits), never combinationally from ``o_lut.ready``.
@@ -258,11 +262,15 @@ class LUTBuilder(wiring.Component):
         lut_max = (1 << c.lut_bits) - 1
         lane_values = []
         for lane, (_, rd) in enumerate(mems):
+            # the read data and the residual slice registered side by side (cycle 2)
+            cent = Signal.like(rd.data, name=f"cent{lane}", reset_less=True)
+            s2_res = Signal.like(s1_res[lane], name=f"s2_res{lane}", reset_less=True)
+            m.d.sync += [cent.eq(rd.data), s2_res.eq(s1_res[lane])]
             diffs = []
             for j in range(dsub):
-                d = Signal(signed(eb + 2), name=f"diff{lane}_{j}")
-                sq = Signal(unsigned(c.sq_bits), name=f"sq{lane}_{j}")
-                m.d.sync += [d.eq(s1_res[lane][j] - rd.data[j]), sq.eq(d * d)]
+                d = Signal(signed(eb + 2), name=f"diff{lane}_{j}", reset_less=True)
+                sq = Signal(unsigned(c.sq_bits), name=f"sq{lane}_{j}", reset_less=True)
+                m.d.sync += [d.eq(s2_res[j] - cent[j]), sq.eq(d * d)]
                 diffs.append(sq)
             total, lat = adder_tree(m, diffs, name=f"sum{lane}")
             assert lat == c.tree_latency
