@@ -68,10 +68,16 @@ NOTES = {
                     "it: equal ratios show that the critical path does not grow with the "
                     "tiles",
     "ibert-attn-dot": "the default (16 PEs) did not finish placing in 25 minutes when issue 30 "
-                      "was filed; `pes=4` and `pes=8` (the same PE pipeline) stand for it",
+                      "was filed; `pes=4` and `pes=8` (the same PE pipeline) are to stand for "
+                      "it, but `pes=8` (its K memories in LUT RAM) has not routed on every "
+                      "seed, so the sum-of-parts argument is not made yet",
     "ibert-softmax-matmul": "the default (4 PEs x 64 products: 256 multipliers) does not fit "
                             "the 85F's 156 MULT18X18D; `head_dim=32` with `pes=1` and "
                             "`pes=2` (32 and 64 multipliers, the same PE pipeline) stand for it",
+    "maxsim": "seed 3 did not finish routing within the flow's 1,200 s (128 of the 85F's 156 "
+              "MULT18X18D); the median is of seeds 1 and 2",
+    "lut-builder": "not placed and routed yet: the default uses 128 of the 85F's 156 "
+                   "MULT18X18D and its placement ran at 60-120 s per HeAP iteration; no row",
     "systolic-pq": "the paper's compare-swap array (ChamVS's systolic priority queue decides "
                    "and swaps 64-bit keys in one cycle), kept as the paper's reference; "
                    "hwgen's own designs use insertion queues (`hier-pq`'s default), which "
