@@ -86,6 +86,7 @@ def _copy_run(stall, seed):
     work = cache_dir() / f"axi-copy-{WORD_BYTES * 8}-{MAX_BURST}"
     v_path, ports = emit_verilog(core, "axi_copy", work / "rtl")
     verilate(v_path, "axi_copy", work / "build")
+    assert not list((work / "build").rglob("*.gch")), "precompiled headers left in the cache"
     fmt = StreamFormat.from_dict(next(s for s in ports["streams"] if s["member"] == "i_rcmd"))
     rng = random.Random(seed)
     image = bytes(rng.getrandbits(8) for _ in range(RAM_BYTES))

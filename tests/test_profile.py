@@ -81,3 +81,20 @@ def test_cli_prints_the_table_and_fails_over_budget(tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "distinct builds" in result.output and "over the budget of 0" in result.output
     assert json.loads(out.read_text())["budget_errors"]
+
+
+def test_torn_profile_lines_are_skipped(tmp_path, monkeypatch):
+    path = _events(tmp_path, monkeypatch)
+    with path.open("a") as f:
+        f.write('{}\n[1, 2]\n{"kind": "native", "top": "to')      # a killed writer's tail
+    assert len(profile.read_events(path)) == 6
+
+
+def test_cli_names_a_truncated_junit_file(tmp_path, monkeypatch):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT[:120])                   # pytest died mid-write (a full disk)
+    result = CliRunner().invoke(main, ["bench", "tests", "--events",
+                                       str(_events(tmp_path, monkeypatch)),
+                                       "--junit", str(junit)])
+    assert result.exit_code == 2, result.output
+    assert "junit" in result.output and "not a complete JUnit XML file" in result.output

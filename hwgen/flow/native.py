@@ -40,7 +40,7 @@ from .ports import SIDEBANDS
 from .scoreboard import DRAIN_CYCLES
 from .simbuild import SimBuild
 from .tools import file_lock, use_verilator, work_dir, write_atomic
-from .verilator import VERILATOR_ARGS, cxx_flags
+from .verilator import VERILATOR_ARGS, cxx_flags, drop_precompiled_headers
 
 __all__ = ["NativeBuild", "build_native", "run_native"]
 _TEMPLATE = "native_tb.cpp.j2"
@@ -92,6 +92,7 @@ def build_native(acc, config, *, waves=False, log=None):
         stamp = build_dir / "hwgen.stamp"
         exe = build_dir / "Vsim"
         if stamp.exists() and stamp.read_text() == key and exe.exists():
+            drop_precompiled_headers(build_dir)     # a build from before they were dropped
             profile.record("native", acc.top_name, build_dir, 0.0, True)
             return NativeBuild(build_dir, acc.top_name, ports, True, 0.0)
         if log:
@@ -108,6 +109,7 @@ def build_native(acc, config, *, waves=False, log=None):
         if proc.returncode != 0 or not exe.exists():
             raise ToolError(f"native build of {acc.top_name} failed; log "
                             f"{build_dir / 'build.log'}:\n{(proc.stdout + proc.stderr)[-2000:]}")
+        drop_precompiled_headers(build_dir)
         write_atomic(stamp, key)
         seconds = time.monotonic() - start
         profile.record("native", acc.top_name, build_dir, seconds, False)

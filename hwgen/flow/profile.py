@@ -20,6 +20,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+from ..errors import ConfigError
+
 __all__ = ["ENV", "record", "read_events", "summarize", "table", "check_budget"]
 
 ENV = "HWGEN_PROFILE"
@@ -43,20 +45,28 @@ def record(kind, name, build, seconds, cached, **extra):
 
 
 def read_events(path):
-    """The events of a profile file (lines that are not JSON are skipped)."""
+    """The events of a profile file (lines that are not a JSON event are skipped: a process
+    killed mid-write leaves a torn last line)."""
     events = []
     for line in Path(path).read_text().splitlines():
         try:
-            events.append(json.loads(line))
+            event = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(event, dict) and "kind" in event:
+            events.append(event)
     return events
 
 
 def _junit_tests(path):
     """``[(test id, seconds, outcome)]`` from a pytest JUnit XML file."""
     tests = []
-    for case in ET.parse(path).getroot().iter("testcase"):
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:          # pytest died mid-write (a full disk, a kill)
+        raise ConfigError("junit", f"{path} is not a complete JUnit XML file ({e}); "
+                          "the pytest run that should have written it did not finish") from None
+    for case in root.iter("testcase"):
         outcome = "passed"
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
