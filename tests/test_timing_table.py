@@ -196,3 +196,37 @@ def test_only_picks_a_block_or_a_single_row():
     assert selected_configs(["ibert-linear tiles=4"]) == [("ibert-linear", ("tiles=4",))]
     assert selected_configs(["gmi-header"]) == [("gmi-header", ())]
     assert len(selected_configs()) == len(BENCH_CONFIGS)
+
+
+@pytest.mark.parametrize("place_large", [False, True])
+def test_large_defaults_stand_as_the_sum_of_their_parts(tmp_path, monkeypatch, place_large):
+    """``make timing`` places every row but the defaults of the :data:`SUM_OF_PARTS` blocks
+    (each fails to fit or runs into the flow's time limit): their rows are unmeasured and name
+    the parts' measured ratios; ``--place-large`` submits them too."""
+    from hwgen.flow import timing_bench
+    submitted = []
+
+    def fake_sweep(entries, out, **kw):      # places nothing: each part at ratio 0.95
+        submitted.extend((e["accelerator"], e["configs"][0]) for e in entries)
+        row = _row(fmax_ratio=0.95)
+        report = {**{k: row[k] for k in ("verilog_sha256", "device", "seeds", "fmax_mhz",
+                                          "fmax_mhz_per_seed", "reference", "fmax_ratio",
+                                          "goal_ratio", "tools")},
+                  "resources": row["ecp5_cells"]}
+        return [{"job": i, "report": {**report, "accelerator": e["accelerator"],
+                                      "config": e["configs"][0]}}
+                for i, e in enumerate(entries)]
+    monkeypatch.setattr(timing_bench, "run_sweep", fake_sweep)
+    results = tmp_path / "t.json"
+    rows = timing_bench.bench_timing(lambda _: None, names=["ibert-linear"], results=results,
+                                     out_dir=tmp_path / "out", place_large=place_large)
+    default = registry.get("ibert-linear").make_config([]).to_dict()
+    assert (("ibert-linear", default) in submitted) == place_large
+    assert len(submitted) == 3 - (not place_large) and len(rows) == 3
+    row = timing_table.load(results)["rows"]["ibert-linear"]
+    if place_large:
+        assert row["fmax_ratio"] == 0.95
+    else:
+        assert "fmax_ratio" not in row and rows[-1]["block"] == "ibert-linear"
+        assert row["error"].startswith("sum of its parts") and row["error"].endswith(
+            "`ibert-linear tiles=2` 0.950, `ibert-linear tiles=4` 0.950")

@@ -39,9 +39,13 @@ def bench():
               help="Folder for the sweep's sweep.json and sweep.csv [default: a temporary one].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Write the printed rows (before and after) as JSON.")
+@click.option("--place-large", is_flag=True,
+              help="Also place and route the defaults of the blocks measured as the sum of "
+              "their parts (the table's notes name them); each fails to fit the 85F or runs "
+              "into the flow's time limit per seed.")
 @reports_errors
 def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, out_dir,
-                 json_path):
+                 json_path, place_large):
     """ECP5 Fmax, ratio and UltraScale+ depth of every registered accelerator, measured on
     Dask and written to the timing table of record (beside the recorded before)."""
     from ..flow import timing_table
@@ -56,7 +60,7 @@ def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, ou
     timing_table.load(results_path)     # a malformed table fails before hours of work
     run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log,
               workers=workers, scheduler=scheduler, results=results_path, readme=readme_path,
-              out_dir=out_dir)
+              out_dir=out_dir, place_large=place_large)
 
 
 @bench.command("tests")

@@ -178,11 +178,16 @@ class LUTBuilder(wiring.Component):
             self.i_centroids.ready.eq(~busy),
             load.eq(self.i_centroids.valid & self.i_centroids.ready),
         ]
-        for lane, (wr, _) in enumerate(mems):
+        for lane, (wr, rd) in enumerate(mems):
             m.d.comb += [
                 wr.addr.eq(ld_row | (ld_step << 8) if steps > 1 else ld_row),
                 wr.data.eq(self.i_centroids.payload.elem),
                 wr.en.eq(load & (ld_lane == lane)),
+                # No read while loading (no query pair is issued then, and the read data
+                # register holds): synthesis sees that a read never meets a write, so it adds
+                # no read-during-write bypass (a mux after the block RAM's output, and a
+                # register of the write data) to keep the read's old-data semantics.
+                rd.en.eq(~load),
             ]
         with m.If(load):
             m.d.sync += [ld_row.eq(ld_row + 1), ld_active.eq(1), loaded.eq(0)]
