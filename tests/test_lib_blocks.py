@@ -63,15 +63,18 @@ def test_skid_buffer_keeps_order_and_registers_ready(stall):
     assert got == items
 
 
+@pytest.mark.parametrize("registered_ready", [False, True])
 @pytest.mark.parametrize("latency, stall", [(1, 0.0), (4, 0.5), (9, 0.3)])
-def test_credit_buffer_never_loses_an_item(latency, stall):
+def test_credit_buffer_never_loses_an_item(latency, stall, registered_ready):
     """A free-running pipeline of ``latency`` cycles behind credits: every admitted item comes
-    out in order even when the consumer stalls half the time."""
+    out in order even when the consumer stalls half the time; ``ready`` is ``pending < depth``
+    in every cycle, kept in its own register or not."""
 
     class Pipe(wiring.Component):
         def __init__(self):
             super().__init__({"go": In(1), "value": In(16)})
-            self.buf = CreditBuffer(unsigned(16), latency=latency)
+            self.buf = CreditBuffer(unsigned(16), latency=latency,
+                                    registered_ready=registered_ready)
 
         def elaborate(self, platform):
             m = Module()
@@ -85,9 +88,14 @@ def test_credit_buffer_never_loses_an_item(latency, stall):
     dut = Pipe()
     rng = random.Random(latency)
     sent, got = [], []
+    full_cycles = 0
 
     async def bench(ctx):
+        nonlocal full_cycles
         for cycle in range(900):
+            pending = len(sent) - len(got)          # admitted, not yet delivered
+            assert ctx.get(dut.buf.ready) == (pending < dut.buf.depth), cycle
+            full_cycles += pending == dut.buf.depth
             value = rng.randrange(1 << 16)
             ctx.set(dut.go, cycle < 600 and rng.random() < 0.8)
             ctx.set(dut.value, value)
@@ -99,6 +107,7 @@ def test_credit_buffer_never_loses_an_item(latency, stall):
             await ctx.tick()
     _run(dut, bench)
     assert len(sent) > 100 and got == sent
+    assert full_cycles > 0 or stall == 0.0           # the credits did run out
 
 
 @pytest.mark.parametrize("width, ratio, stall", [(8, 4, 0.3), (5, 3, 0.0), (16, 1, 0.4)])

@@ -339,7 +339,8 @@ class MaxSim(wiring.Component):
         # A beat is read where it stands on i_docs (AXI-Stream holds TDATA while TVALID is high
         # and TREADY low) and acknowledged at its last step, so no enable fans out to a
         # capture register of dim bytes: the datapath takes the payload through plain delays.
-        m.submodules.out = out = CreditBuffer(SCORE, latency=c.pipeline_latency)
+        m.submodules.out = out = CreditBuffer(SCORE, latency=c.pipeline_latency,
+                                              registered_ready=True)
         wiring.connect(m, wiring.flipped(self.o_scores), out.o)
         payload = self.i_docs.payload
         g = Signal(range(G))
@@ -431,10 +432,12 @@ class MaxSim(wiring.Component):
         ``valid`` and ``group`` are the step's, in its cycle).
 
         With ``G >= 3`` the maxima are ``G`` registers indexed by the group: the step reads
-        its group's maximum into a register beside the dot product's (stage 1), compares the
-        two registers (stage 2: ``take``) and writes the chosen one back in the next cycle, so
-        the comparator's inputs and output are all registers and no path runs from the dot
-        product's adder tree or from the maxima through the comparator. A group's maximum is
+        its group's maximum into a register beside the dot product's (stage 1; a copy of each
+        in offset binary, the old maximum of a query's first step as the smallest value),
+        compares the two copies (stage 2: ``take``, the carry out of one unsigned subtraction)
+        and writes the chosen one back in the next cycle, so the comparator's inputs and output
+        are all registers and no path runs from the dot product's adder tree or from the maxima
+        through the comparator. A group's maximum is
         read again ``G`` steps (at least ``G`` cycles) later and written two cycles after its
         step, hence ``G >= 3``. ``G == 2`` keeps a ring (one stored maximum and the latest
         step as ``(take, dot, old)``, resolved by a mux on its way into the ring) and ``G ==
@@ -446,12 +449,21 @@ class MaxSim(wiring.Component):
             maxima = [Signal(shape, name=f"max{p}_{j}", reset_less=True) for j in range(G)]
             dot_c = Signal(shape, name=f"dot_c{p}", reset_less=True)
             old_c = Signal(shape, name=f"old_c{p}", reset_less=True)
-            first_c = Signal(name=f"first_c{p}")
-            m.d.sync += [dot_c.eq(dot), old_c.eq(Array(maxima)[group]), first_c.eq(first)]
-            take = Signal(name=f"take{p}")
+            old = Array(maxima)[group]
+            m.d.sync += [dot_c.eq(dot), old_c.eq(old)]
+            # The comparator's copies in offset binary (sign bit flipped: signed order becomes
+            # unsigned order), a first step's old maximum as the smallest value: ``take`` is
+            # the carry out of one unsigned subtraction, with no sign or ``first`` logic after
+            # the carry chain. ``>=`` takes an equal dot product, the same value.
+            sign = 1 << (shape.width - 1)
+            dot_u = Signal(shape.width, name=f"dot_u{p}", reset_less=True)
+            old_u = Signal(shape.width, name=f"old_u{p}", reset_less=True)
+            m.d.sync += [dot_u.eq(dot.as_unsigned() ^ sign),
+                         old_u.eq(Mux(first, 0, old.as_unsigned() ^ sign))]
+            take = Signal(name=f"take{p}", reset_less=True)
             dot_d = Signal(shape, name=f"dot_d{p}", reset_less=True)
             old_d = Signal(shape, name=f"old_d{p}", reset_less=True)
-            m.d.sync += [take.eq(first_c | (dot_c > old_c)), dot_d.eq(dot_c), old_d.eq(old_c)]
+            m.d.sync += [take.eq(dot_u >= old_u), dot_d.eq(dot_c), old_d.eq(old_c)]
             latest = Signal(shape, name=f"latest{p}")
             m.d.comb += latest.eq(Mux(take, dot_d, old_d))
             write = delay(m, valid, MAX_STAGES, name=f"max_we{p}")

@@ -30,13 +30,19 @@ class CreditBuffer(wiring.Component):
     depth : int, optional
         FIFO depth; default ``latency + 3``, the smallest that sustains one item per cycle
         through the buffered FIFO's extra output register.
+    registered_ready : bool, optional
+        Keep ``ready`` in a register of its own (updated beside the count, by an equality)
+        instead of comparing the count of pending items with ``depth`` after its register:
+        the same value every cycle, with no carry chain in front of the pipeline's
+        admission. Default False (the rows measured before this option kept).
 
     Members
     -------
     take : ``In(1)``
         The pipeline admits one item this cycle. Only legal while ``ready`` is high.
     ready : ``Out(1)``
-        An item may be admitted: the FIFO will have room for its result. Registered.
+        An item may be admitted: the FIFO will have room for its result. ``pending < depth``
+        of the registered count of pending items, or a register (``registered_ready``).
     i : ``In(stream.Signature(shape))``
         Results entering the FIFO. ``i.ready`` is constant 1 (room is guaranteed by credits).
     o : ``Out(stream.Signature(shape))``
@@ -46,8 +52,9 @@ class CreditBuffer(wiring.Component):
     initiation interval 1.
     """
 
-    def __init__(self, shape, *, latency, depth=None):
+    def __init__(self, shape, *, latency, depth=None, registered_ready=False):
         self._shape = shape
+        self._registered_ready = registered_ready
         self._depth = depth if depth is not None else latency + 3
         if self._depth < 1:
             raise ValueError("CreditBuffer depth must be at least 1")
@@ -82,7 +89,18 @@ class CreditBuffer(wiring.Component):
             m.d.sync += pending.eq(pending + 1)
         with m.Elif(~self.take & popped):
             m.d.sync += pending.eq(pending - 1)
-        m.d.comb += self.ready.eq(pending < self._depth)
+        if not self._registered_ready:
+            m.d.comb += self.ready.eq(pending < self._depth)
+            return m
+        # ready == (pending < depth) at every cycle: an admission (legal only while ready)
+        # without a pop fills the last slot when pending == depth - 1; a pop without an
+        # admission frees one.
+        ready = Signal(init=1)
+        with m.If(self.take & ~popped):
+            m.d.sync += ready.eq(pending != self._depth - 1)
+        with m.Elif(~self.take & popped):
+            m.d.sync += ready.eq(1)
+        m.d.comb += self.ready.eq(ready)
         return m
 
 
