@@ -95,7 +95,8 @@ list: setup
 	$(HWGEN) list
 
 # ECP5 place and route of every registered accelerator beside the reference design, before
-# (recorded baseline) and after (this tree): the table of README "Timing".
+# (recorded baseline) and after (this tree): the table of README "Timing". Rows whose Verilog,
+# seeds and flow are unchanged are kept from the table of record (--remeasure places them too).
 timing: setup
 	$(HWGEN) bench timing --json build/timing.json --readme README.md
 

@@ -230,3 +230,60 @@ def test_large_defaults_stand_as_the_sum_of_their_parts(tmp_path, monkeypatch, p
         assert "fmax_ratio" not in row and rows[-1]["block"] == "ibert-linear"
         assert row["error"].startswith("sum of its parts") and row["error"].endswith(
             "`ibert-linear tiles=2` 0.950, `ibert-linear tiles=4` 0.950")
+
+
+def _gmi_header_sha(tmp_path):
+    acc = registry.get("gmi-header")
+    v_path, _ = emit_accelerator(acc, acc.make_config([]), tmp_path)
+    return hashlib.sha256(v_path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("change, kept", [
+    ({}, True),
+    ({"flow": "another flow"}, False),              # other tools, passes or reference
+    ({"flow": None}, False),                         # measured before fingerprints
+    ({"seeds": [1, 2], "fmax_mhz_per_seed": [300.0, 310.5], "fmax_mhz": 305.25}, False),
+    ({"failed_seeds": {"3": "timed out after 1200 s"}}, False),
+    ({"verilog_sha256": "1" * 64}, False),           # the gateware changed since
+    ({"error": "does not fit"}, False),
+])
+def test_a_row_is_kept_only_when_nothing_that_decides_it_changed(tmp_path, change, kept):
+    """``make timing`` keeps a row of the table of record, instead of placing it again, only
+    when its Verilog, seeds and flow fingerprint are this run's and every seed finished."""
+    from hwgen.flow.timing_bench import kept_rows
+    row = _row(verilog_sha256=_gmi_header_sha(tmp_path), flow="f" * 16)
+    row.update(change)
+    table = {"rows": {"gmi-header": row}}
+    got = kept_rows([("gmi-header", ())], 3, table, flow="f" * 16)
+    assert (got == {"gmi-header": row}) == kept
+
+
+@pytest.mark.parametrize("remeasure", [False, True])
+def test_kept_rows_are_not_placed_again(tmp_path, monkeypatch, remeasure):
+    """A kept row is not submitted to the sweep and stays in the table as it was;
+    ``--remeasure`` submits it."""
+    from hwgen.flow import timing_bench
+    submitted = []
+
+    def fake_sweep(entries, out, **kw):
+        submitted.extend(e["accelerator"] for e in entries)
+        row = _row(fmax_ratio=0.95, fmax_mhz_per_seed=[129.2] * 3, fmax_mhz=129.2)
+        report = {**{k: row[k] for k in ("verilog_sha256", "device", "seeds", "fmax_mhz",
+                                          "fmax_mhz_per_seed", "reference", "fmax_ratio",
+                                          "goal_ratio", "tools")},
+                  "resources": row["ecp5_cells"], "flow": "f" * 16}
+        return [{"job": i, "report": {**report, "accelerator": e["accelerator"],
+                                      "config": e["configs"][0]}}
+                for i, e in enumerate(entries)]
+    monkeypatch.setattr(timing_bench, "run_sweep", fake_sweep)
+    monkeypatch.setattr(timing_bench, "flow_fingerprint", lambda: "f" * 16)
+    results = tmp_path / "t.json"
+    old = _row(verilog_sha256=_gmi_header_sha(tmp_path / "v"), flow="f" * 16)
+    timing_table.save({"format": timing_table.FORMAT, "rows": {"gmi-header": old}}, results)
+    printed = []
+    timing_bench.bench_timing(printed.append, names=["gmi-header"], results=results,
+                              out_dir=tmp_path / "out", remeasure=remeasure)
+    row = timing_table.load(results)["rows"]["gmi-header"]
+    assert submitted == (["gmi-header"] if remeasure else [])
+    assert row["fmax_ratio"] == (0.95 if remeasure else old["fmax_ratio"])
+    assert any("kept: measured 2026-11-27" in line for line in printed) != remeasure

@@ -43,9 +43,12 @@ def bench():
               help="Also place and route the defaults of the blocks measured as the sum of "
               "their parts (the table's notes name them); each fails to fit the 85F or runs "
               "into the flow's time limit per seed.")
+@click.option("--remeasure", is_flag=True,
+              help="Place and route every selected row, also those the table of record "
+              "measured with the same Verilog, seeds and flow (kept by default).")
 @reports_errors
 def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, out_dir,
-                 json_path, place_large):
+                 json_path, place_large, remeasure):
     """ECP5 Fmax, ratio and UltraScale+ depth of every registered accelerator, measured on
     Dask and written to the timing table of record (beside the recorded before)."""
     from ..flow import timing_table
@@ -60,7 +63,7 @@ def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, ou
     timing_table.load(results_path)     # a malformed table fails before hours of work
     run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log,
               workers=workers, scheduler=scheduler, results=results_path, readme=readme_path,
-              out_dir=out_dir, place_large=place_large)
+              out_dir=out_dir, place_large=place_large, remeasure=remeasure)
 
 
 @bench.command("tests")

@@ -19,6 +19,7 @@ Everything runs in ``<cache>/<name>-<digest>/timing/`` and is cached per Verilog
 command and seed, so ``hwgen build`` can put the figures in ``report.json``.
 """
 
+import functools
 import hashlib
 import json
 import re
@@ -38,8 +39,8 @@ from .emit import emit_accelerator, to_verilog
 from .timing_table import RESULTS, lookup
 from .tools import cache_dir, file_lock, work_dir, yosys_path
 
-__all__ = ["measure_timing", "cached_timing", "ecp5_tools", "GOAL_RATIO", "PART",
-           "pnr_args", "parse_pnr_report"]
+__all__ = ["measure_timing", "cached_timing", "ecp5_tools", "flow_fingerprint", "GOAL_RATIO",
+           "PART", "pnr_args", "parse_pnr_report"]
 
 #: The issue's goal: a block at least this fraction of the reference's Fmax.
 GOAL_RATIO = 0.9
@@ -280,6 +281,24 @@ def _flow_key(tools):
         Path(t).name for t in tools.values())
 
 
+@functools.lru_cache(maxsize=None)
+def _fingerprint(tools_items):
+    from .timing_reference import TimingReference
+    tools = dict(tools_items)
+    text = "\n".join([_flow_key(tools), *(_tool_version(t) for t in tools.values()),
+                      to_verilog(TimingReference(), "timing_reference")])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def flow_fingerprint(tools=None):
+    """Everything but the block's Verilog that decides a measurement, as 16 hex digits: the
+    flow's cache format (the netlist passes), the nextpnr arguments, the tools' versions and the
+    reference design's Verilog. Two runs with the same fingerprint, Verilog and seeds place
+    the same netlists with the same seeds (nextpnr is deterministic), so ``make timing`` keeps
+    such rows of the table of record instead of placing them again."""
+    return _fingerprint(tuple(sorted((tools or ecp5_tools()).items())))
+
+
 def _resources(cells):
     """ECP5 resource counts from ``synth_ecp5``'s cell list."""
     return {"lut4": cells.get("LUT4", 0), "ff": cells.get("TRELLIS_FF", 0),
@@ -355,6 +374,7 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
         "ultrascale": depth,
         "seconds": round(time.monotonic() - start, 1),
         "verilog_sha256": hashlib.sha256(v_path.read_bytes()).hexdigest(),
+        "flow": flow_fingerprint(tools),
     }
     (work / "timing.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

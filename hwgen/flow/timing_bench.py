@@ -8,6 +8,12 @@ configurations the README's tables and the timing issues' acceptance use
 processes, or a user's scheduler, so more cores or a cluster give the table sooner. Each job
 places the block with seeds 1..N (two at a time) and the reference design in the same flow.
 
+A row of the table of record is kept, not placed again, when its Verilog (SHA-256), seeds and
+flow (:func:`hwgen.flow.timing.flow_fingerprint`: netlist passes, nextpnr arguments, tool
+versions, the reference's Verilog) are this run's and every seed finished: nextpnr is
+deterministic, so placing it again would give the same figures. ``remeasure`` (``hwgen bench
+timing --remeasure``) places every row regardless.
+
 The measured rows are merged into ``hwgen/flow/timing_results.json``
 (:mod:`hwgen.flow.timing_table`), and the README's timing table is regenerated from it when
 ``readme`` is given. "Before" is a recorded baseline (``timing_baseline.json`` beside this
@@ -15,6 +21,7 @@ module): the same flow run on main before the pipelining of issue 11 (commit ``f
 gateware), printed for comparison.
 """
 
+import hashlib
 import json
 import os
 import tempfile
@@ -22,11 +29,12 @@ from pathlib import Path
 
 from .. import registry
 from . import timing_table
+from .emit import emit_accelerator
 from .sweep import run_sweep
-from .timing import GOAL_RATIO
+from .timing import GOAL_RATIO, flow_fingerprint
 
 __all__ = ["bench_timing", "BENCH_CONFIGS", "BASELINE", "NOTES", "SUM_OF_PARTS", "parts_of",
-           "row_key", "selected_configs"]
+           "row_key", "selected_configs", "kept_rows"]
 
 BASELINE = Path(__file__).with_name("timing_baseline.json")
 
@@ -136,6 +144,32 @@ def _parts_row(name, seeds, table):
         + ", ".join(said))
 
 
+def kept_rows(configs, seeds, table, flow=None):
+    """The rows of ``table`` that need no new place and route, by row name: measured (no
+    error, no failed seed) with seeds 1..``seeds``, the flow fingerprint ``flow`` (default:
+    this machine's, :func:`~hwgen.flow.timing.flow_fingerprint`) and the Verilog that their
+    configuration emits now."""
+    want = list(range(1, seeds + 1))
+    candidates = [(n, s) for n, s in configs if (row := table["rows"].get(row_key(n, s)))
+                  and "error" not in row and row.get("flow") and row.get("seeds") == want
+                  and not row.get("failed_seeds")]
+    if not candidates:
+        return {}
+    flow = flow or flow_fingerprint()
+    kept = {}
+    with tempfile.TemporaryDirectory(prefix="hwgen-timing-sha-") as tmp:
+        for i, (name, sets) in enumerate(candidates):
+            key = row_key(name, sets)
+            row = table["rows"][key]
+            if row["flow"] != flow:
+                continue
+            acc = registry.get(name)
+            v_path, _ = emit_accelerator(acc, acc.make_config(list(sets)), Path(tmp) / str(i))
+            if hashlib.sha256(v_path.read_bytes()).hexdigest() == row["verilog_sha256"]:
+                kept[key] = row
+    return kept
+
+
 def _fmt(v, spec):
     return format(v, spec) if v is not None else format("-", ">" + spec.split(".")[0])
 
@@ -172,7 +206,7 @@ def _table_row(key, name, sets, job, seeds):
                                   error)
 
 
-def _print_row(echo, key, before, row):
+def _print_row(echo, key, before, row, kept=False):
     b = before or {}
     ratio = row.get("fmax_ratio")
     us = row.get("ultrascale") or {}
@@ -182,42 +216,51 @@ def _print_row(echo, key, before, row):
     echo(f"{key:<34} {_fmt(b.get('fmax_mhz'), '10.1f')} {_fmt(b.get('fmax_ratio'), '6.3f')} "
          f"{_fmt(row.get('fmax_mhz'), '9.1f')} {_fmt(ratio, '6.3f')} "
          f"{_before_depth(before):>16} {timing_table.depth_text(us):>9}  {goal}"
-         + (f"  ({row['error']})" if "error" in row else ""))
+         + (f"  ({row['error']})" if "error" in row else "")
+         + (f"  (kept: measured {row['measured']['date']})" if kept else ""))
 
 
 def bench_timing(echo, *, seeds=3, names=None, json_path=None, log=None, workers=None,
-                 scheduler=None, results=None, readme=None, out_dir=None, place_large=False):
+                 scheduler=None, results=None, readme=None, out_dir=None, place_large=False,
+                 remeasure=False):
     """Measure every row on Dask, merge them into ``results`` (the table of record), regenerate
     the README's table when ``readme`` is given, print the before/after table; returns the
     printed rows (``block``, ``before``, ``after``: the table row).
 
     The defaults of the :data:`SUM_OF_PARTS` blocks are not placed and routed unless
     ``place_large`` (each would take the flow's time limit per seed, or fails to fit): their
-    rows name the measured rows that stand for them."""
+    rows name the measured rows that stand for them. Rows measured before with the same
+    Verilog, seeds and flow are kept (:func:`kept_rows`) unless ``remeasure``."""
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"rows": {}}
     selected = selected_configs(names)
     large = [] if place_large else [n for n, s in selected if not s and n in SUM_OF_PARTS]
     configs = [(n, s) for n, s in selected if s or n not in large]
+    kept = {} if remeasure else kept_rows(configs, seeds, timing_table.load(results))
+    placed = [(n, s) for n, s in configs if row_key(n, s) not in kept]
     # each job runs two place-and-route seeds at a time: one worker per two cores
     workers = workers or max(1, (os.cpu_count() or 2) // 2)
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="hwgen-timing-"))
-    echo(f"hwgen bench timing: {len(configs)} configurations on ECP5 LFE5U-85F out of context, "
+    echo(f"hwgen bench timing: {len(placed)} configurations on ECP5 LFE5U-85F out of context, "
          f"seeds 1..{seeds} (median), ratio to the reference placed in the same run; Dask: "
          f"{'scheduler ' + scheduler if scheduler else f'{workers} local worker(s)'}")
-    jobs = run_sweep(_entries(configs, seeds), out, scheduler=scheduler, workers=workers,
-                     echo=log or (lambda _: None)) if configs else []
+    if kept:
+        echo(f"  {len(kept)} rows kept from the table of record (same Verilog, seeds and flow; "
+             "--remeasure places them again): " + ", ".join(kept))
+    jobs = run_sweep(_entries(placed, seeds), out, scheduler=scheduler, workers=workers,
+                     echo=log or (lambda _: None)) if placed else []
     by_index = {j["job"]: j for j in jobs}
+    by_config = {row_key(n, s): by_index.get(i, {}) for i, (n, s) in enumerate(placed)}
     head = (f"{'block (config)':<34} {'before MHz':>10} {'ratio':>6} {'after MHz':>9} "
             f"{'ratio':>6} {'US+ depth before':>16} {'after':>9}  goal")
     echo(f"before = {baseline.get('source', '-')}")
     echo(head)
     echo("-" * len(head))
     rows, table_rows = [], []
-    for i, (name, sets) in enumerate(configs):
+    for name, sets in configs:
         key = row_key(name, sets)
-        row = _table_row(key, name, sets, by_index.get(i, {}), seeds)
+        row = kept.get(key) or _table_row(key, name, sets, by_config[key], seeds)
         before = baseline["rows"].get(key)
-        _print_row(echo, key, before, row)
+        _print_row(echo, key, before, row, kept=key in kept)
         rows.append({"block": key, "before": before, "after": row})
         table_rows.append(row)
     merged = timing_table.merge(timing_table.load(results), table_rows)

@@ -5,7 +5,9 @@ default configuration and at the configurations the README's tables use
 (:data:`hwgen.flow.timing_bench.BENCH_CONFIGS`), and merges one row per configuration into this
 file: the configuration and its digest, the SHA-256 of the Verilog that was placed, Fmax per
 seed and their median, the reference placed in the same run, the ratio, the critical path, the
-ECP5 cells, the UltraScale+ logic depth, the tool versions and when and where it ran. Rows of
+ECP5 cells, the UltraScale+ logic depth, the tool versions, the flow fingerprint
+(:func:`hwgen.flow.timing.flow_fingerprint`; ``make timing`` keeps a row whose Verilog, seeds
+and flow are unchanged) and when and where it ran. Rows of
 configurations not measured in a run are kept as they were.
 
 Readers:
@@ -76,6 +78,7 @@ def row_from_report(key, report, digest):
         "ecp5_cells": report["resources"],
         "ultrascale": None if us is None else {k: v for k, v in us.items() if k != "path"},
         "tools": report["tools"],
+        "flow": report.get("flow"),
         "measured": {"date": datetime.date.today().isoformat(), "machine": _machine(),
                      "seconds": report.get("seconds")},
     }
