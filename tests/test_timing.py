@@ -123,6 +123,26 @@ def test_parse_pnr_report_picks_the_slowest_clock_and_its_path():
     assert r["utilization"] == {"TRELLIS_FF": {"used": 9, "available": 100}}
 
 
+@pytest.mark.parametrize("stdout, stderr, version", [
+    ("Yosys 0.70 (git sha1 28ba3cb92)\n", "", "Yosys 0.70 (git sha1 28ba3cb92)"),
+    # a fresh YoWASP cache: the notice first, ecppack's version on stderr
+    ("", "Preparing to run yowasp-ecppack. This might take a while...\n"
+         "Project Trellis ecppack Version 1.4-82-g3afe7b5\n",
+     "Project Trellis ecppack Version 1.4-82-g3afe7b5"),
+    ("", "", "unknown"),
+])
+def test_tool_version_skips_yowasp_notice(tmp_path, stdout, stderr, version):
+    """The version recorded in each row and in the flow fingerprint is the same on a fresh
+    machine (whose first YoWASP run prints a notice) as on a warm one."""
+    from hwgen.flow.timing import _tool_version
+    (tmp_path / "out").write_text(stdout)
+    (tmp_path / "err").write_text(stderr)
+    exe = tmp_path / "tool"
+    exe.write_text(f"#!/bin/sh\ncat {tmp_path / 'out'}\ncat {tmp_path / 'err'} >&2\n")
+    exe.chmod(0o755)
+    assert _tool_version(str(exe)) == version
+
+
 def test_seeds_out_of_range_name_the_parameter():
     acc = registry.get("gmi-broadcast")
     with pytest.raises(ConfigError, match="seeds"):

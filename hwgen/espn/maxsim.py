@@ -69,10 +69,11 @@ class MaxSimConfig(Config):
         """Cycles from a step's issue to its score entering the output FIFO: lane 0's memory
         read, read-data register, two multiplier input registers, two product registers and
         the dot-product adder tree; the running maximum's :data:`MAX_STAGES` (its registered
-        read beside the dot product, then the registered comparison); the ``lanes`` cycles of
-        the systolic row (lane ``p`` runs ``p`` cycles behind lane 0; the lane sum, one adder
-        per lane), the accumulator and its register feeding the FIFO."""
-        return 6 + MAX_STAGES + self.dot_tree_latency + self.lanes
+        read beside the dot product, then the registered comparison); the lane's registered
+        term; the ``lanes`` cycles of the systolic row (lane ``p`` runs ``p`` cycles behind
+        lane 0; the lane sum, one adder per lane), the accumulator and its register feeding
+        the FIFO."""
+        return 7 + MAX_STAGES + self.dot_tree_latency + self.lanes
 
     @property
     def latency(self):
@@ -225,7 +226,7 @@ class MaxSim(wiring.Component):
     Initiation interval ``G = ceil(q_tokens / lanes)`` cycles per document token (tokens of
     one document and of successive documents and batches follow without gaps while
     ``i_docs`` is valid); one score per document, so up to one score every ``G`` cycles
-    (one-token documents). Latency ``10 + ceil(log2 dim) + lanes`` cycles from the
+    (one-token documents). Latency ``11 + ceil(log2 dim) + lanes`` cycles from the
     handshake of a document's last token (its last step) to its score's handshake
     (:attr:`MaxSimConfig.latency`); ``G - 1`` cycles more from that token's first cycle of
     TVALID. A query loads one token per cycle; a batch's documents start two cycles after
@@ -265,9 +266,9 @@ class MaxSim(wiring.Component):
         held, qfull, qload, loaded, rbank, qlen = self._loader(m, mems)
         out, g, base, doc_start, issue, handshake, release = self._issue(
             m, held, qfull, qload, loaded, rbank)
-        dots, valid, first, left_at, t_dot = self._dot_lanes(
+        dots, valid, first, live_at, t_dot = self._dot_lanes(
             m, mems, g, base, rbank, qlen, doc_start, issue)
-        self._max_sum(m, out, dots, valid, first, left_at, t_dot, g, handshake, release)
+        self._max_sum(m, out, dots, valid, first, live_at, t_dot, g, handshake, release)
         return m
 
     def _loader(self, m, mems):
@@ -374,8 +375,9 @@ class MaxSim(wiring.Component):
     def _dot_lanes(self, m, mems, g, base, rbank, qlen, doc_start, issue):
         """Datapath, first half: each lane's dot product of its query token with the document
         token (lane ``p`` a cycle behind lane ``p - 1``). Returns ``(dots, valid, first,
-        left_at, t_dot)``: the tap lists of the step's valid, first-token and remaining-length
-        signals and the cycle of lane 0's dot product."""
+        live_at, t_dot)``: the tap lists of the step's valid and first-token signals and of its
+        lane-liveness bits (``live``, a cycle behind the others), and the cycle of lane 0's dot
+        product."""
         c = self.config
         D, P, G, Q = c.dim, c.lanes, c.groups, c.q_tokens
         word = data.ArrayLayout(signed(8), D)
@@ -394,15 +396,18 @@ class MaxSim(wiring.Component):
         t_dot = 5 + c.dot_tree_latency
         addr = _taps(m, Cat(g, rbank), P - 1, "addr")
         tok = _taps(m, payload.tok, P + 1, "tok")
-        valid = _taps(m, issue, t_dot + P + MAX_STAGES, "v")
+        valid = _taps(m, issue, t_dot + P + MAX_STAGES + 1, "v")
         first = _taps(m, doc_start, t_dot + P - 1, "first")
         # query tokens of the step's group that exist: ``left`` (registered in cycle 1) is
-        # the query's length minus the group's first token; lane p compares it in p + t_dot
+        # the query's length minus the group's first token; ``live`` (cycle 2) holds lane p's
+        # ``left > p`` in bit p, and only its register chain runs along the lanes (lane p
+        # takes its bit in p + t_dot): no comparator sits at the end of a long route
         qlen_cur = Signal(range(Q + 1))
         left = Signal(range(-G * P, Q + 1))
+        live = Signal(P)
         m.d.comb += qlen_cur.eq(Mux(rbank, qlen[1], qlen[0]))
-        m.d.sync += left.eq(qlen_cur - base)
-        left_at = _taps(m, left, t_dot + P + MAX_STAGES - 3, "left")
+        m.d.sync += [left.eq(qlen_cur - base), live.eq(Cat(left > p for p in range(P)))]
+        live_at = _taps(m, live, t_dot + P + MAX_STAGES - 4, "live")
 
         dots = []
         for p, (_, rd) in enumerate(mems):
@@ -424,7 +429,7 @@ class MaxSim(wiring.Component):
             dots.append(dot)
         dot_shape = dots[0].shape()
         assert dot_shape.width <= c.dot_bits + 1
-        return dots, valid, first, left_at, t_dot
+        return dots, valid, first, live_at, t_dot
 
     def _running_max(self, m, p, dot, first, valid, group):
         """Lane ``p``'s ``G`` running maxima, one per query token group; returns the step's
@@ -489,7 +494,7 @@ class MaxSim(wiring.Component):
                 m.d.sync += regs[j].eq(regs[j + 1])
         return delay(m, latest, MAX_STAGES - 1, name=f"upd{p}")
 
-    def _max_sum(self, m, out, dots, valid, first, left_at, t_dot, g, handshake, release):
+    def _max_sum(self, m, out, dots, valid, first, live_at, t_dot, g, handshake, release):
         """Datapath, second half: each lane's running maxima over the document (one per
         group), summed along the lanes and over the groups into the score, which enters
         ``out`` ``pipeline_latency`` cycles after its document's last handshake."""
@@ -498,20 +503,23 @@ class MaxSim(wiring.Component):
         dot_shape = dots[0].shape()
         payload = self.i_docs.payload
         # Running maxima: G per lane, one per group (_running_max). In cycle p + t_dot +
-        # MAX_STAGES lane p adds its updated maximum (zero past the query's length) to the sum
-        # of lanes 0 .. p - 1.
+        # MAX_STAGES lane p registers its updated maximum (zero past the query's length) as
+        # its term, and adds the term to the sum of lanes 0 .. p - 1 a cycle later: the
+        # maximum's select (a mux after the comparison's register) and the lane's adder are in
+        # different cycles.
         partial = None
         group = _taps(m, g, t_dot + P - 1, "g")
         for p, dot in enumerate(dots):
             t = t_dot + p
             updated = self._running_max(m, p, dot, first[t], valid[t], group[t])
             exists = Signal(name=f"exists{p}")
-            m.d.sync += exists.eq(left_at[t + MAX_STAGES - 2] > p)
-            term = Mux(exists, updated, 0)
+            m.d.sync += exists.eq(live_at[t + MAX_STAGES - 3][p])
+            term = Signal(dot_shape, name=f"term{p}")
+            m.d.sync += term.eq(Mux(exists, updated, 0))
             total = Signal(sum_shape([dot_shape] * (p + 1)), name=f"lanesum{p}")
             m.d.sync += total.eq(term if partial is None else partial + term)
             partial = total
-        t_part = t_dot + P + MAX_STAGES                # cycle of the sum over the lanes
+        t_part = t_dot + P + MAX_STAGES + 1            # cycle of the sum over the lanes
 
         acc_shape = sum_shape([dot_shape] * Q)
         assert acc_shape.width <= 32

@@ -110,11 +110,16 @@ def _run(cmd, cwd, what, log_name, timeout=None):
 
 
 def _tool_version(exe):
+    """The first line of ``exe --version`` (stdout, else stderr), less YoWASP's "Preparing to
+    run ..." notice, which a fresh cache prints first (ecppack prints its version on
+    stderr)."""
     try:
         out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120)
-        return (out.stdout or out.stderr).strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
+    lines = [line.strip() for line in (out.stdout + "\n" + out.stderr).splitlines()
+             if line.strip() and not line.startswith("Preparing to run ")]
+    return lines[0] if lines else "unknown"
 
 
 def _ecp5_synth(tools, work, v_name, top):

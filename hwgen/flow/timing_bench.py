@@ -88,12 +88,12 @@ NOTES = {
     "ibert-softmax-matmul": "the default (4 PEs x 64 products: 256 multipliers) does not fit "
                             "the 85F's 156 MULT18X18D; `head_dim=32` with `pes=1` and "
                             "`pes=2` (32 and 64 multipliers, the same PE pipeline) stand for it",
-    "maxsim": "seeds 2 and 3 did not finish placing within the flow's 1,200 s (128 of the "
-              "85F's 156 MULT18X18D; the machine was also running simulations), so the row "
-              "is seed 1 alone. The running maximum's comparator is now the carry out of an "
-              "unsigned subtraction of offset-binary copies, and the output buffer's credit "
-              "a register; the critical path left is a query-length compare (`left > p`) into "
-              "a lane's `exists`, 68% routing",
+    "maxsim": "seeds 1 and 3 did not finish routing within the flow's 1,200 s (128 of the "
+              "85F's 156 MULT18X18D; two seeds share the 2-core machine), so the row is seed 2 "
+              "alone. Each lane's term (its maximum, zero past the query's length) is now a "
+              "register ahead of the lane-sum adder, and which lanes hold query tokens is "
+              "compared once and carried as bits: the critical path left is a product into "
+              "the dot product's adder tree, 79% routing",
     "lut-builder": "the default (16 sub-spaces of 8 dimensions in one cycle: 128 of the 85F's "
                    "156 MULT18X18D) placed at 60-120 s per HeAP iteration and was not routed; "
                    "`lut-builder dim=32 m=4` and `dim=64 m=8` (4 and 8 of the same lanes, one "
