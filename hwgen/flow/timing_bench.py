@@ -150,7 +150,8 @@ def kept_rows(configs, seeds, table, flow=None):
     this machine's, :func:`~hwgen.flow.timing.flow_fingerprint`) and the Verilog that their
     configuration emits now."""
     want = list(range(1, seeds + 1))
-    candidates = [(n, s) for n, s in configs if (row := table["rows"].get(row_key(n, s)))
+    candidates = [(key, name, sets, row) for name, sets in configs
+                  if (row := table["rows"].get(key := row_key(name, sets)))
                   and "error" not in row and row.get("flow") and row.get("seeds") == want
                   and not row.get("failed_seeds")]
     if not candidates:
@@ -158,9 +159,7 @@ def kept_rows(configs, seeds, table, flow=None):
     flow = flow or flow_fingerprint()
     kept = {}
     with tempfile.TemporaryDirectory(prefix="hwgen-timing-sha-") as tmp:
-        for i, (name, sets) in enumerate(candidates):
-            key = row_key(name, sets)
-            row = table["rows"][key]
+        for i, (key, name, sets, row) in enumerate(candidates):
             if row["flow"] != flow:
                 continue
             acc = registry.get(name)
