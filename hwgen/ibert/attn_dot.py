@@ -15,7 +15,7 @@ max_len=40 --set pes=5``. The defaults are one BERT-base head (d = 64, M <= 128)
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -55,14 +55,28 @@ class AttnDotConfig(Config, RowKernel):
         return ceil_div(self.max_len, self.pes)
 
     @property
+    def chunk(self):
+        """Elements per word of the K memories: the largest of 4, 3, 2, 1 that divides
+        ``head_dim`` and leaves at least ``pes`` words per row (so every PE has a memory of
+        its own in each cycle)."""
+        return next(cs for cs in range(SELECT_CHUNK, 0, -1)
+                    if self.head_dim % cs == 0 and self.head_dim // cs >= self.pes)
+
+    @property
+    def chunks(self):
+        """K memories (words per row): ``head_dim / chunk``."""
+        return self.head_dim // self.chunk
+
+    @property
     def acc_bits(self):
         """Bits of a PE's signed accumulator: a 16-bit int8 product plus
         ``ceil(log2(head_dim))`` bits of growth over the ``head_dim`` products."""
         return 16 + (self.head_dim - 1).bit_length()
 
     #: Cycles from issuing a round's last step to its scores reaching the serializer:
-    #: memory read, read-data register and a second row register, element select (two
-    #: registered steps), multiplier-input register, product, accumulate.
+    #: memory read, read-data register and a second word register, element select (two
+    #: registered steps: the PE's word, then its element), multiplier-input register,
+    #: product, accumulate.
     latency = 8
 
     @dataclass(frozen=True)
@@ -100,8 +114,15 @@ class AttnDotConfig(Config, RowKernel):
     def derived(self):
         return {"max_rounds": self.max_rounds, "macs": self.pes,
                 "accumulator_bits": self.acc_bits, "pipeline_latency": self.latency,
-                "k_memory_bits": 2 * self.pes * (1 << (self.max_rounds - 1).bit_length())
-                * self.head_dim * 8}
+                "k_memories": self.chunks, "k_word_elements": self.chunk,
+                "k_memory_bits": self.k_memory_bits}
+
+    @property
+    def k_memory_bits(self):
+        """Bits of the K memories: ``chunks`` memories of ``chunk`` int8 elements, two banks
+        of ``2**ceil(log2 max_rounds) * 2**ceil(log2 pes)`` words each."""
+        words = 2 << ((self.max_rounds - 1).bit_length() + (self.pes - 1).bit_length())
+        return self.chunks * words * self.chunk * 8
 
 
 def _banked(bank, addr):
@@ -118,27 +139,34 @@ def row_layout(d, name):
 SCORE = data.StructLayout({"s": signed(32), "last_row": 1, "last": 1})
 
 
-#: Elements per chunk of the first of the two element-select steps (32 bits: one ECP5
-#: DP16KD or UltraScale+ RAMB18 word of the row memory).
+#: Most int8 elements in a word of a K memory (32 bits: one ECP5 DP16KD or UltraScale+
+#: RAMB18 word; the element select after it is at most 4:1).
 SELECT_CHUNK = 4
 
 
-def _select_element(m, row, j, j_next, name):
-    """Element ``j`` of ``row`` (an int8 array register), registered twice: first within each
-    chunk of :data:`SELECT_CHUNK` elements (``j``'s low bits; a small mux per chunk, beside
-    the memory that holds it), then among the chunks (``j_next``, the index a cycle later).
-    So no register fans in from the whole row, which spans many block RAMs. Returns the
-    selected element, valid two cycles after ``j``."""
-    d = len(row)
-    low = (SELECT_CHUNK - 1).bit_length()
-    chunks = []
-    for w in range(0, d, SELECT_CHUNK):
-        part = [row[k] for k in range(w, min(d, w + SELECT_CHUNK))]
-        sub = Signal(signed(8), name=f"{name}_sub{w // SELECT_CHUNK}", reset_less=True)
-        m.d.sync += sub.eq(Array(part)[j[:low]] if len(part) > 1 else part[0])
-        chunks.append(sub)
+def _rotating_index(m, start, n, step, name, down=False):
+    """A register that starts at ``start`` and counts modulo ``n`` (up, or ``down``) on
+    ``step``."""
+    idx = Signal(range(n), init=start, name=name)
+    with m.If(step):
+        if down:
+            m.d.sync += idx.eq(Mux(idx == 0, n - 1, idx - 1))
+        else:
+            m.d.sync += idx.eq(Mux(idx == n - 1, 0, idx + 1))
+    return idx
+
+
+def _select_word_element(m, words, word_idx, elem_idx, name):
+    """Element ``elem_idx`` of word ``word_idx`` of ``words`` (raw values of ``chunk``
+    int8 elements each), registered twice: the word (a ``len(words)``:1 select), then its
+    element (at most :data:`SELECT_CHUNK`:1). ``elem_idx`` is the index a cycle after
+    ``word_idx``. Returns the element, valid two cycles after ``word_idx``."""
+    width = len(words[0])
+    word = Signal(width, name=f"{name}_w", reset_less=True)
+    m.d.sync += word.eq(Array(words)[word_idx] if len(words) > 1 else words[0])
+    parts = [word[k:k + 8].as_signed() for k in range(0, width, 8)]
     elem = Signal(signed(8), name=f"{name}_e", reset_less=True)
-    m.d.sync += elem.eq(Array(chunks)[j_next[low:]] if len(chunks) > 1 else chunks[0])
+    m.d.sync += elem.eq(Array(parts)[elem_idx] if len(parts) > 1 else parts[0])
     return elem
 
 
@@ -163,13 +191,19 @@ class AttnDot(wiring.Component):
 
     Organisation
     ------------
-    K is written into ``pes`` memories, row ``c`` at address ``c // pes`` of PE ``c mod pes``;
-    after the last row, zero rows pad it to ``Mp = pes * ceil(M_k / pes)`` rows, one per
-    cycle. Every Q row is computed in ``R = Mp / pes`` rounds of ``head_dim`` cycles: in round
-    ``r`` PE ``p`` multiplies element ``j`` of the Q row with element ``j`` of K row
-    ``r * pes + p`` in cycle ``j`` and accumulates; the round's real scores (``c < M_k``) are
-    then sent one per cycle, which keeps up because ``pes <= head_dim``. K is double-buffered:
-    the next head's K loads while the current head is computed; Q rows are double-buffered.
+    K row ``c`` belongs to PE ``c mod pes``, round ``c // pes``; after the last row, zero rows
+    pad K to ``Mp = pes * ceil(M_k / pes)`` rows, one per cycle. A row is stored as
+    ``chunks = head_dim / chunk`` words of ``chunk`` (at most 4) elements, word ``w`` in K
+    memory ``w`` at address (bank, round, PE): one write to every memory per row, and
+    ``chunks`` memories for all the PEs (not a row-wide memory per PE). Every Q row is
+    computed in ``R = Mp / pes`` rounds of ``head_dim`` cycles; in round ``r`` PE ``p``
+    multiplies, in cycle ``j``, element ``e`` of the Q row with element ``e`` of K row
+    ``r * pes + p``, where ``e`` is element ``j mod chunk`` of word ``(j // chunk + p) mod
+    chunks``: the PEs walk the words in rotated order, so in each cycle every memory serves
+    at most one PE (``pes <= chunks``) and is read at that PE's address. The round's real
+    scores (``c < M_k``) are then sent one per cycle, which keeps up because ``pes <=
+    head_dim``. K is double-buffered: the next head's K loads while the current head is
+    computed; Q rows are double-buffered.
 
     Timing
     ------
@@ -194,28 +228,28 @@ class AttnDot(wiring.Component):
         m = Module()
         kmems, kfull, mk, rounds, kdone = self._k_loader(m)
         q_rd, qslots, qrbank, qflag = self._q_loader(m)
-        ser, j, issue, final_j, final_r, count, row_last = self._issue(
+        ser, j, issue, final_j, final_r, count, row_last, sub, words = self._issue(
             m, kmems, kfull, mk, rounds, kdone, q_rd, qslots, qrbank, qflag)
-        self._datapath(m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last)
+        self._datapath(m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last, sub,
+                       words)
         return m
 
     def _k_loader(self, m):
-        """K loader: row ``c`` of ``i_k`` into PE ``c % pes``'s double-buffered memory at
-        address ``c // pes``, then zero rows up to a multiple of ``pes``. Returns ``(kmems,
-        kfull, mk, rounds, kdone)``: the memories' ports, the banks loaded (updated by
-        :meth:`_issue`), each bank's row count and last round index, the strobe of a matrix's
-        end."""
+        """K loader: row ``c`` of ``i_k``, word ``w``, into K memory ``w`` at address (bank,
+        round ``c // pes``, PE ``c % pes``), then zero rows up to a multiple of ``pes``.
+        Returns ``(kmems, kfull, mk, rounds, kdone)``: the memories' ports, the banks loaded
+        (updated by :meth:`_issue`), each bank's row count and last round index, the strobe
+        of a matrix's end."""
         c = self.config
-        d, P = c.head_dim, c.pes
-        row_shape = data.ArrayLayout(signed(8), d)
-        rbits = (c.max_rounds - 1).bit_length()
-        # -- K loader: row c -> PE c % P, address c // P; then zero rows up to a multiple of P
+        P, cs = c.pes, c.chunk
+        word_shape = data.ArrayLayout(signed(8), cs)
+        depth = 2 << ((c.max_rounds - 1).bit_length() + (P - 1).bit_length())
+        # -- K loader: row c -> round c // P, PE c % P; then zero rows up to a multiple of P
         kmems = []
-        for p in range(P):
+        for w in range(c.chunks):
             # the loader writes only the bank not being computed: no_rw_check (NO_COLLISIONS)
-            mem = memory.Memory(shape=row_shape, depth=2 << rbits, init=[],
-                                attrs=NO_COLLISIONS)
-            m.submodules[f"kmem{p}"] = mem
+            mem = memory.Memory(shape=word_shape, depth=depth, init=[], attrs=NO_COLLISIONS)
+            m.submodules[f"kmem{w}"] = mem
             kmems.append((mem.write_port(), mem.read_port()))
         kfull = Signal(range(3))
         kwbank, kpad = Signal(), Signal()
@@ -233,10 +267,11 @@ class AttnDot(wiring.Component):
             kwrite.eq(kload | kpad),
             kdone.eq(kwrite & (kpe == P - 1) & (kpad | self.i_k.payload.last)),
         ]
-        for p, (wr, _) in enumerate(kmems):
-            m.d.comb += [wr.addr.eq(_banked(kwbank, kaddr)),
-                         wr.data.eq(Mux(kpad, 0, self.i_k.payload.k)),
-                         wr.en.eq(kwrite & (kpe == p))]
+        k_row = Value.cast(self.i_k.payload.k)
+        for w, (wr, _) in enumerate(kmems):
+            m.d.comb += [wr.addr.eq(_banked(kwbank, Cat(kpe, kaddr))),
+                         wr.data.eq(Mux(kpad, 0, k_row[w * cs * 8:(w + 1) * cs * 8])),
+                         wr.en.eq(kwrite)]
         with m.If(kwrite):
             m.d.sync += kpe.eq(kpe + 1)
             with m.If(kpe == P - 1):
@@ -330,8 +365,17 @@ class AttnDot(wiring.Component):
             m.d.sync += count.eq(count_now)
         else:
             m.d.comb += count.eq(count_now)
-        for _, rd in kmems:
-            m.d.comb += rd.addr.eq(_banked(krbank, r))
+        # j = word * chunk + sub; memory w serves PE (w - word) mod chunks, PE p reads word
+        # (word + p) mod chunks: indices kept as registers stepped with the word, so no
+        # arithmetic lies before a memory address or a select
+        sub = _rotating_index(m, 0, c.chunk, issue, name="sub")
+        next_word = issue & (sub == c.chunk - 1)
+        pbits = (P - 1).bit_length()
+        for w, (_, rd) in enumerate(kmems):
+            pe = _rotating_index(m, w, c.chunks, next_word, name=f"pe_of{w}", down=True)
+            m.d.comb += rd.addr.eq(_banked(krbank, Cat(pe[:pbits], r)))
+        words = [_rotating_index(m, p, c.chunks, next_word, name=f"word{p}")
+                 for p in range(P)]
         with m.If(issue):
             m.d.sync += j.eq(j + 1)
             with m.If(final_j):
@@ -344,34 +388,35 @@ class AttnDot(wiring.Component):
         qheld, qtake, _, qload = qslots
         m.d.sync += [kfull.eq(kfull + kdone - k_release), qfull.eq(qfull + qload - row_done),
                      qheld.eq(qheld + qtake - row_done)]
-        return ser, j, issue, final_j, final_r, count, row_last
+        return ser, j, issue, final_j, final_r, count, row_last, sub, words
 
-    def _datapath(self, m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last):
-        """Datapath: each PE multiplies element ``j`` of the Q row by element ``j`` of its K
-        row and accumulates over the round; the round's scores enter ``ser`` ``latency``
-        cycles after its last step."""
+    def _datapath(self, m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last,
+                  sub, words):
+        """Datapath: each PE multiplies its element of the Q row (:class:`AttnDot`'s
+        rotated order) by the same element of its K row and accumulates over the round; the
+        round's scores enter ``ser`` ``latency`` cycles after its last step."""
         c = self.config
-        # -- datapath: select element j, multiply, accumulate ----------------------------------
-        # memory read (cycle 1), its rows registered twice (2, 3: a block RAM's read data go
-        # through no logic first, and the first register need not sit by the selects),
-        # element j selected in two registered steps (4: within each chunk of SELECT_CHUNK
-        # elements; 5: among the chunks), a register per multiplier input (6), product (7):
-        # the last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
-        # (hwgen.flow.ecp5_dsp_pack) and the shared element q_e fans out from a register
-        j3 = delay(m, j, 3, name="j")
-        j4 = delay(m, j3, 1, name="j4")
+        cs = c.chunk
+        # -- datapath: select the PE's element, multiply, accumulate -------------------------
+        # memory read (cycle 1), its words registered twice (2, 3: a block RAM's read data go
+        # through no logic first, and the first register need not sit by the selects), the
+        # element selected in two registered steps (4: the PE's word, a chunks:1 select; 5:
+        # its element, at most 4:1), a register per multiplier input (6), product (7): the
+        # last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
+        # (hwgen.flow.ecp5_dsp_pack)
         v_prod = delay(m, issue, self.config.latency - 1, name="v")
         first_prod = delay(m, j == 0, self.config.latency - 1, name="first")
-        q_row = delay(m, q_rd.data, 2, name="q_row", reset_less=True)
-        q_e = _select_element(m, q_row, j3, j4, "q")
+        q_row = Value.cast(delay(m, q_rd.data, 2, name="q_row", reset_less=True))
+        q_words = [q_row[w * cs * 8:(w + 1) * cs * 8] for w in range(c.chunks)]
+        k_words = [Value.cast(delay(m, rd.data, 2, name=f"k_word{w}", reset_less=True))
+                   for w, (_, rd) in enumerate(kmems)]
         accs = []
-        for p, (_, rd) in enumerate(kmems):
-            # two row registers: the first can sit by its block RAM (whose clock-to-out is
-            # most of a cycle), the second by the element select
-            k_row = delay(m, rd.data, 2, name=f"k_row{p}", reset_less=True)
-            # each PE its own copy of the element index: no register fans out to every PE
-            j3p = delay(m, j, 3, name=f"j{p}")
-            k_e = _select_element(m, k_row, j3p, delay(m, j3p, 1, name=f"j4_{p}"), f"k{p}")
+        for p in range(c.pes):
+            # each PE its own copy of the indices: no register fans out to every PE
+            word_idx = delay(m, words[p], 3, name=f"word{p}_d")
+            elem_idx = delay(m, sub, 4, name=f"sub{p}_d")
+            q_e = _select_word_element(m, q_words, word_idx, elem_idx, f"q{p}")
+            k_e = _select_word_element(m, k_words, word_idx, elem_idx, f"k{p}")
             q_op, k_op = (Signal(signed(8), name=f"{n}{p}", reset_less=True)
                           for n in ("q_op", "k_op"))
             prod = Signal(signed(16), name=f"prod{p}", reset_less=True)
