@@ -236,3 +236,27 @@ def test_bench_timing_prints_before_and_after(tmp_path):
     assert timing_table.markdown(table) in text
     sweep = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
     assert [r["kind"] for r in sweep["rows"]] == ["timing"] and not sweep["failed"]
+
+
+def test_pnr_timeout_from_the_environment(monkeypatch):
+    """``$HWGEN_PNR_TIMEOUT_S`` overrides the flow's limit per seed; a value that is not a
+    whole number of seconds in range is refused naming the variable."""
+    from hwgen.flow.timing import PNR_TIMEOUT_ENV, PNR_TIMEOUT_S, pnr_timeout_s
+    monkeypatch.delenv(PNR_TIMEOUT_ENV, raising=False)
+    assert pnr_timeout_s() == PNR_TIMEOUT_S
+    monkeypatch.setenv(PNR_TIMEOUT_ENV, "3600")
+    assert pnr_timeout_s() == 3600
+    for bad in ("0", "-5", "1.5", "soon", "100000"):
+        monkeypatch.setenv(PNR_TIMEOUT_ENV, bad)
+        with pytest.raises(ConfigError, match=PNR_TIMEOUT_ENV):
+            pnr_timeout_s()
+
+
+def test_bench_timing_refuses_a_bad_pnr_timeout(tmp_path):
+    """``--pnr-timeout`` out of range is refused (exit 2, naming the option) before any
+    place and route."""
+    result = CliRunner().invoke(main, ["bench", "timing", "--only", "gmi-header",
+                                       "--pnr-timeout", "0", "--results",
+                                       str(tmp_path / "t.json")])
+    assert result.exit_code == 2, result.output
+    assert "pnr-timeout" in result.output and not (tmp_path / "t.json").exists()

