@@ -66,12 +66,17 @@ def test_fetch_in_background_calls_back_once_per_document(token_file):
         assert store.submit([], urgent=True).wait() == {}
 
 
-def test_read_errors_reach_the_caller(token_file):
+def test_read_errors_reach_the_caller(token_file, tmp_path):
     path, offsets, ntokens, _ = token_file
     bad = np.append(offsets, os.path.getsize(path) + BLOCK)       # past the end of the file
-    with DirectStore(path, bad, np.append(ntokens, 10), DIM, threads=2) as store:
-        with pytest.raises(OSError, match="short read"):
-            store.submit([len(bad) - 1]).wait()
+    with pytest.raises(ConfigError, match="tokens.bin: document 60 ends at byte"):
+        DirectStore(path, bad, np.append(ntokens, 10), DIM, threads=2)
+    copy = tmp_path / "tokens.bin"                 # a file that shrinks after it is opened
+    copy.write_bytes(path.read_bytes())
+    with DirectStore(copy, offsets, ntokens, DIM, threads=2) as store:
+        os.truncate(copy, int(offsets[-1]))
+        with pytest.raises(ConfigError, match=f"{copy}: short read of document 59"):
+            store.submit([len(offsets) - 1]).wait()
 
 
 def test_writer_and_open_store_refuse_bad_input(tmp_path):

@@ -12,6 +12,14 @@ from .common import alias_option, k_option
 
 __all__ = ["espn"]
 
+# The caps below are stated in --help; hwgen.espn.host's modules enforce them again for
+# library callers (tests/test_espn_bad_input.py checks that the two agree).
+MAX_COPIES = 1000               # hwgen.espn.host.index.MAX_COPIES
+MAX_DOCUMENTS = 1_000_000       # hwgen.espn.host.index.MAX_DOCUMENTS
+MAX_CANDIDATES = 100_000        # hwgen.espn.host.search.MAX_CANDIDATES
+MAX_CORPUS_MIB = 64             # hwgen.espn.host.corpus.MAX_CORPUS_BYTES
+DIMS = (16, 32, 64, 128, 384)   # hwgen.espn.host.encoder.DIMS
+
 
 def _fractions(name, text):
     """``0.05,0.1,0.3`` -> tuple of positive numbers."""
@@ -19,8 +27,9 @@ def _fractions(name, text):
         values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise ConfigError(name, "expected numbers separated by commas", value=text) from None
-    if not values or any(not v > 0 for v in values):
-        raise ConfigError(name, "expected positive numbers separated by commas", value=text)
+    if not values or any(not 0 < v < float("inf") for v in values):
+        raise ConfigError(name, "expected positive finite numbers separated by commas",
+                          value=text)
     return values
 
 
@@ -39,24 +48,38 @@ def espn():
 @click.option("--ivf", "ivf_kind", type=click.Choice(["sq8", "flat"]), default="sq8",
               show_default=True, help="IVF codes of the pooled vectors: 8-bit or float32.")
 @click.option("--copies", type=int, default=1, show_default=True,
-              help="Noisy copies of every passage, to scale the store beyond the corpus.")
+              help=f"Noisy copies of every passage, to scale the store beyond the corpus "
+                   f"(1..{MAX_COPIES:,}; passages x copies at most {MAX_DOCUMENTS:,}).")
 @click.option("--noise", type=float, default=0.05, show_default=True,
-              help="Standard deviation of the copies' Gaussian noise per element.")
+              help="Standard deviation of the copies' Gaussian noise per element (0..1).")
 @click.option("--limit", type=int, help="Use only the first N passages.")
 @click.option("--words", type=int, default=80, show_default=True,
-              help="Most words per passage.")
+              help="Most words per passage (8..400).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--threads", type=int, help="PyTorch threads for the encoder (default: all).")
+@click.option("--threads", type=int,
+              help="PyTorch threads for the encoder (1..256; default: all).")
 @reports_errors
 def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, seed, threads):
     """Encode CORPUS (papers, lee, wiki, pydoc, all, A+B, or a .txt/.jsonl file or folder)
-    into an ESPN index folder: token embeddings on disk, IVF index of pooled vectors."""
-    from ..espn.host.index import build
-    checks.output_dir("out", out)
+    into an ESPN index folder: token embeddings on disk, IVF index of pooled vectors.
+
+    CORPUS files must be regular files (no FIFOs, devices or /proc) holding at most
+    64 MiB together; a folder at most 10,000 .txt files."""
+    from ..espn.host import corpus as corpus_mod
+    from ..espn.host.index import build, check_copies
+    if dim not in DIMS:
+        raise ConfigError("dim", f"choose one of {', '.join(map(str, DIMS))}", value=dim)
+    check_copies(copies)
+    checks.in_range("noise", noise, 0, 1)
+    for name, value in (("nlist", nlist), ("limit", limit)):
+        if value is not None:
+            checks.at_least(name, value, 1)
     checks.at_least("words", words, 8, 400)
-    checks.at_least("seed", seed, 0)
+    checks.at_least("seed", seed, 0, checks.SEED_MAX)
     if threads is not None:
-        checks.at_least("threads", threads, 1)
+        checks.at_least("threads", threads, 1, 256)
+    corpus_mod.check(corpus)
+    checks.output_dir("out", out)
     meta = build(corpus, out, dim=dim, nlist=nlist, copies=copies, noise=noise, limit=limit,
                  words=words, seed=seed, threads=threads, ivf_kind=ivf_kind)
     click.echo(f"{out}: {meta['documents']:,} documents, {meta['tokens']:,} tokens, "
@@ -75,7 +98,8 @@ def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, s
 @click.option("--warmup", type=int, default=50, show_default=True)
 @click.option("--nprobe", type=int, help="IVF lists probed (default: a quarter of them).")
 @click.option("--candidates", type=int, default=100, show_default=True,
-              help="Candidates from the ANN that are re-ranked.")
+              help=f"Candidates from the ANN that are re-ranked (1..{MAX_CANDIDATES:,}, "
+                   "and at most the index's documents).")
 @k_option(10, "Passages returned per query.")
 @click.option("--prefetch-steps", "steps", default="0.05,0.1,0.3", show_default=True,
               help="Prefetch steps to measure: fractions of nprobe (delta / eta) after which "
@@ -99,7 +123,7 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
     from ..espn.host import bench, report
     checks.at_least("queries", queries, 1)
     checks.at_least("warmup", warmup, 0)
-    checks.at_least("candidates", candidates, 1)
+    checks.at_least("candidates", candidates, 1, MAX_CANDIDATES)
     checks.at_least("k", k, 1, candidates)
     checks.at_least("read_threads", threads, 1, 256)
     if nprobe is not None:
@@ -137,8 +161,10 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
 @click.option("--prefetch-step", type=float, default=0.1, show_default=True,
               help="Fraction of nprobe (delta / eta) after which the prefetch starts "
                    "(0: no prefetch).")
-@click.option("--nprobe", type=int)
-@click.option("--candidates", type=int, default=100, show_default=True)
+@click.option("--nprobe", type=int, help="IVF lists probed (default: a quarter of them).")
+@click.option("--candidates", type=int, default=100, show_default=True,
+              help=f"Candidates from the ANN that are re-ranked (1..{MAX_CANDIDATES:,}; "
+                   "an index of fewer documents gives them all).")
 @click.option("--rerank-count", type=int, help="Re-rank only the ANN's first k' candidates.")
 @click.option("--rerank", type=click.Choice(["float16", "int8"]), default="float16",
               show_default=True, help="int8: score with the maxsim unit's golden model.")
@@ -151,18 +177,24 @@ def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank
     from ..espn.host.search import Query, Searcher
     from ..espn.host.store import open_store
     checks.in_range("prefetch-step", prefetch_step, 0, 0.99)
+    checks.at_least("candidates", candidates, 1, MAX_CANDIDATES)
+    checks.at_least("k", k, 1)
+    if nprobe is not None:
+        checks.at_least("nprobe", nprobe, 1)
+    if rerank_count is not None:
+        checks.at_least("rerank-count", rerank_count, 1, candidates)
     if not text.strip():
         raise ConfigError("text", "the query is empty")
     index = Index(index_dir)
     if nprobe is None:
         nprobe = max(1, index.ivf.nlist // 4)
     step = prefetch_step if prefetch_step and store == "direct" else None
-    pooled, tokens = index.encoder().encode_query(text)
-    passages = index.passages()
+    passages = index.passages()          # a damaged index is refused before the model loads
     with open_store(store, index.tokens_path, index.offsets, index.ntokens,
                     index.dim) as reader:
         searcher = Searcher(index, reader, nprobe=nprobe, candidates=candidates, k=k,
                             prefetch_step=step, rerank=rerank_count, precision=rerank)
+        pooled, tokens = index.encoder().encode_query(text)
         result = searcher.search(Query(pooled, tokens, text))
     for rank, (doc, score) in enumerate(zip(result.ids, result.scores), 1):
         p = passages[index.origin[doc]]

@@ -30,7 +30,7 @@ def _common(fn):
     for opt in reversed([
         click.option("--corpus", default="wiki", show_default=True,
                      help="Datastore corpus (hwgen espn corpora: papers, lee, wiki, pydoc, "
-                          "A+B or a path)."),
+                          "A+B or a path: regular files of at most 64 MiB together)."),
         click.option("--tokens-in-store", "max_tokens", type=int, default=12000,
                      show_default=True, help="Datastore entries (one per corpus token)."),
         click.option("--nodes", type=int, default=2, show_default=True,
@@ -57,6 +57,8 @@ def _retriever(s, index_dir, timeout):
 
 
 def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, timeout, **more):
+    from ..espn.host import corpus as corpus_mod
+    corpus_mod.check(corpus)            # a bad --corpus is refused before the LM loads (7 s)
     import torch
 
     from ..ralm import chamlm, lm

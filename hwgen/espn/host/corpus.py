@@ -11,7 +11,10 @@ A corpus is named on the command line (``hwgen espn index CORPUS``) by one of
 * a path: a ``.txt`` file (passages separated by blank lines), a ``.jsonl`` file (one
   ``{"text": ...}`` per line) or a folder of ``.txt`` files;
 
-several may be joined with ``+`` (``lee+papers``). Long texts are cut into passages of at most
+several may be joined with ``+`` (``lee+papers``). Paths must be regular files (FIFOs, devices and
+files under ``/proc`` or ``/sys`` are refused before anything is read); the files of
+a corpus together hold at most :data:`MAX_CORPUS_BYTES` bytes, a folder at most
+:data:`MAX_CORPUS_FILES` ``.txt`` files. Long texts are cut into passages of at most
 ``words`` words on sentence boundaries where possible, as MS MARCO's passages are (about 60
 words); passages of fewer than ``min_words`` words are dropped, exact duplicates once kept.
 """
@@ -23,14 +26,23 @@ import json
 import os
 import pkgutil
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ... import checks
 from ...errors import ConfigError, ToolError
 
-__all__ = ["Passage", "CORPORA", "load", "lee_documents", "lee_similarities", "papers_dir",
-           "split_passages"]
+__all__ = ["Passage", "CORPORA", "load", "check", "lee_documents", "lee_similarities",
+           "papers_dir", "split_passages", "MAX_CORPUS_BYTES", "MAX_CORPUS_FILES"]
+
+#: Most bytes the files named by one corpus spec may hold together (64 MiB).
+MAX_CORPUS_BYTES = 64 << 20
+#: Most ``.txt`` files a corpus folder may hold.
+MAX_CORPUS_FILES = 10_000
+#: Pseudo file systems whose "files" are not text a corpus can come from.
+_PSEUDO = ("/proc", "/sys")
 
 #: Names a corpus may be given by, in the order ``all`` loads them.
 CORPORA = ("papers", "lee", "wiki", "pydoc")
@@ -76,12 +88,14 @@ def split_passages(text, words=80, min_words=8):
     passages, current = [], []
     for sentence in _SENTENCE_END.split(" ".join(text.split())):
         tokens = sentence.split()
-        while len(tokens) > words:            # a sentence longer than a passage
+        start = 0
+        while len(tokens) - start > words:    # a sentence longer than a passage
             if current:
                 passages.append(current)
                 current = []
-            passages.append(tokens[:words])
-            tokens = tokens[words:]
+            passages.append(tokens[start:start + words])
+            start += words                    # an index, not a copy: linear in the words
+        tokens = tokens[start:]
         if current and len(current) + len(tokens) > words:
             passages.append(current)
             current = []
@@ -163,33 +177,92 @@ def _pydoc():
 _LOADERS = {"papers": _papers, "lee": _lee, "wiki": _wiki, "pydoc": _pydoc}
 
 
-def _path_documents(path):
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.rglob("*.txt"))
-        if not files:
-            raise ConfigError("corpus", f"folder {path} holds no .txt files")
-        for file in files:
-            yield from _path_documents(file)
-        return
-    if path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            for k, line in enumerate(f):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ConfigError("corpus", f"{path}:{k + 1}: not JSON ({e.msg})") from None
-                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise ConfigError("corpus", f'{path}:{k + 1}: expected an object with a '
-                                      '"text" string')
-                yield record["text"], f"{path.name}#{k}"
-        return
+def _checked_file(path):
+    """``path`` (a corpus file or folder) as a Path and its ``os.stat``, refusing anything but
+    a regular file or folder outside the pseudo file systems (``/dev/zero`` would be read
+    forever, a FIFO blocks)."""
+    real = os.path.realpath(path)
+    if any(real == p or real.startswith(p + "/") for p in _PSEUDO):
+        raise ConfigError("corpus", f"{real} is in a pseudo file system, not a text file",
+                          value=str(path))
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("corpus", f"file {path} is not UTF-8 text") from None
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError("corpus", f"cannot read: {e.strerror}", value=str(path)) from None
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        raise ConfigError("corpus", "is not a regular file (a FIFO, socket or device?)",
+                          value=str(path))
+    return Path(path), st
+
+
+def _path_files(part):
+    """The files of the path ``part`` (itself, or a folder's ``.txt`` files), checked."""
+    path, st = _checked_file(part)
+    if not stat.S_ISDIR(st.st_mode):
+        return [(path, st.st_size)]
+    files = []
+    for file in path.rglob("*.txt"):
+        if len(files) >= MAX_CORPUS_FILES:
+            raise ConfigError("corpus", f"folder holds more than {MAX_CORPUS_FILES:,} .txt "
+                              "files", value=str(path))
+        file, fst = _checked_file(file)
+        if stat.S_ISDIR(fst.st_mode):
+            raise ConfigError("corpus", "is a folder named .txt", value=str(file))
+        files.append((file, fst.st_size))
+    if not files:
+        raise ConfigError("corpus", f"folder {path} holds no .txt files")
+    return sorted(files)
+
+
+def _parts(spec):
+    """``spec`` split on ``+`` with ``all`` expanded, each part a name or a list of files."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError("corpus", "give a name (" + ", ".join(CORPORA + ("all",)) +
+                          ") or a path")
+    parts, total = [], 0
+    for part in spec.split("+"):
+        if part == "all":
+            parts += list(CORPORA)
+        elif part in _LOADERS:
+            parts.append(part)
+        elif os.path.lexists(part):
+            files = _path_files(part)
+            total += sum(size for _, size in files)
+            if total > MAX_CORPUS_BYTES:
+                raise ConfigError("corpus", f"its files hold {total:,} bytes or more; a corpus "
+                                  f"is limited to {MAX_CORPUS_BYTES:,} bytes", value=spec)
+            parts.append(files)
+        else:
+            raise ConfigError("corpus", f"{part!r} is neither a known corpus (" +
+                              ", ".join(CORPORA + ("all",)) + ") nor an existing path")
+    return parts
+
+
+def check(spec):
+    """Refuse a bad corpus ``spec`` (unknown name, missing path, a file that is not a regular
+    file, over :data:`MAX_CORPUS_BYTES`) without reading any corpus: run it before loading a
+    model."""
+    _parts(spec)
+
+
+def _path_documents(path):
+    """(text, source) of one checked corpus file: ``.jsonl`` records or blank-line blocks."""
+    text = checks.read_text(path, "corpus", limit=MAX_CORPUS_BYTES)
+    if path.suffix == ".jsonl":
+        for k, line in enumerate(text.split("\n")):      # JSON may hold U+2028
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError("corpus", f"{path}:{k + 1}: not JSON ({e.msg})") from None
+            except RecursionError:
+                raise ConfigError("corpus", f"{path}:{k + 1}: JSON nested too deeply") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise ConfigError("corpus", f'{path}:{k + 1}: expected an object with a '
+                                  '"text" string')
+            yield record["text"], f"{path.name}#{k}"
+        return
     for k, block in enumerate(re.split(r"\n\s*\n", text)):
         if block.strip():
             yield block, f"{path.name}#{k}"
@@ -197,26 +270,14 @@ def _path_documents(path):
 
 def load(spec, words=80, min_words=8, limit=None):
     """Passages of the corpus ``spec`` (see the module docstring), at most ``limit``."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError("corpus", "give a name (" + ", ".join(CORPORA + ("all",)) +
-                         ") or a path")
     if limit is not None and limit < 1:
         raise ConfigError("limit", "must be at least 1", value=limit)
-    parts = []
-    for part in spec.split("+"):
-        if part == "all":
-            parts += list(CORPORA)
-        else:
-            parts.append(part)
     passages, seen = [], set()
-    for part in parts:
-        if part in _LOADERS:
+    for part in _parts(spec):
+        if isinstance(part, str):
             documents = _LOADERS[part]()
-        elif Path(part).exists():
-            documents = _path_documents(part)
         else:
-            raise ConfigError("corpus", f"{part!r} is neither a known corpus (" +
-                             ", ".join(CORPORA + ("all",)) + ") nor an existing path")
+            documents = (doc for path, _ in part for doc in _path_documents(path))
         for text, source in documents:
             for k, passage in enumerate(split_passages(text, words, min_words)):
                 if passage in seen:

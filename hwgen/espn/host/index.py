@@ -22,18 +22,30 @@ passage ``origin[d]``; copies 0 are the passages themselves.
 
 import json
 import os
+import stat
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from ... import checks
 from ...errors import ConfigError
 from . import corpus as corpus_mod
-from .encoder import TokenEncoder
-from .store import BLOCK, StoreWriter
+from .encoder import DIMS, TokenEncoder
+from .store import BLOCK, ITEM, StoreWriter
 
-__all__ = ["build", "Index", "FORMAT"]
+__all__ = ["build", "Index", "FORMAT", "MAX_COPIES", "MAX_DOCUMENTS", "check_copies"]
+
+#: Most noisy copies of each passage (``--copies``).
+MAX_COPIES = 1000
+#: Most documents (passages x copies) of one index: the pooled vectors alone take
+#: 1,536 bytes each in memory while building (1.5 GB at this cap).
+MAX_DOCUMENTS = 1_000_000
+#: Largest ``meta.json`` and ``passages.jsonl`` read back.
+_MAX_META_BYTES = 1 << 20
+_MAX_PASSAGES_BYTES = 4 * corpus_mod.MAX_CORPUS_BYTES
 
 #: Version of the folder layout; a folder of another version is refused.
 FORMAT = 1
@@ -51,6 +63,11 @@ def _default_nlist(n):
     return int(max(1, min(n // 39, round(2 * np.sqrt(n)))))
 
 
+def check_copies(copies):
+    """``copies`` an integer in ``1 .. MAX_COPIES`` (``--copies``)."""
+    return checks.at_least("copies", copies, 1, MAX_COPIES)
+
+
 #: IVF variants: name -> faiss scalar quantiser type (None: IndexIVFFlat).
 IVF_KINDS = {"flat": None, "sq8": "QT_8bit"}
 
@@ -61,10 +78,9 @@ def build(spec, out, dim=32, nlist=None, copies=1, noise=0.05, limit=None, words
     import faiss
     if ivf_kind not in IVF_KINDS:
         raise ConfigError("ivf", f"choose one of {', '.join(IVF_KINDS)}", value=ivf_kind)
-    for name, value, low in (("copies", copies, 1), ("nlist", nlist, 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < low):
-            raise ConfigError(name, f"must be an integer >= {low}", value=value)
+    check_copies(copies)
+    if nlist is not None:
+        checks.at_least("nlist", nlist, 1)
     if not (isinstance(noise, (int, float)) and 0 <= noise <= 1):
         raise ConfigError("noise", "must be a number in [0, 1]", value=noise)
     out = Path(out)
@@ -74,6 +90,10 @@ def build(spec, out, dim=32, nlist=None, copies=1, noise=0.05, limit=None, words
     started = time.perf_counter()
     passages = corpus_mod.load(spec, words=words, limit=limit)
     n_docs = len(passages) * copies
+    if n_docs > MAX_DOCUMENTS:
+        raise ConfigError("copies", f"{len(passages):,} passages x {copies} copies = "
+                          f"{n_docs:,} documents; an index holds at most {MAX_DOCUMENTS:,}",
+                          value=copies)
     nlist = _default_nlist(n_docs) if nlist is None else nlist
     if nlist > n_docs:
         raise ConfigError("nlist", f"more lists than the {n_docs} documents", value=nlist)
@@ -151,6 +171,73 @@ def build(spec, out, dim=32, nlist=None, copies=1, noise=0.05, limit=None, words
     return meta
 
 
+def _npz(path, *keys):
+    """The arrays ``keys`` of the ``.npz`` file ``path`` (no pickles)."""
+    with np.load(path, allow_pickle=False) as z:
+        return tuple(z[k] for k in keys)
+
+
+def _index_file(folder, name, load):
+    """``load(path)`` of the index file ``folder/name``, refusing a missing or damaged file or
+    one that is not a regular file (a FIFO would block) in one line naming it."""
+    path = folder / name
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError("index", f"{path}: {e.strerror}; rebuild the index",
+                          value=str(folder)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError("index", f"{path}: not a regular file; rebuild the index",
+                          value=str(folder))
+    try:
+        return load(path)
+    except (OSError, KeyError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile) as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise ConfigError("index", f"{path}: damaged ({reason}); rebuild the index",
+                          value=str(folder)) from None
+
+
+_META_INTS = ("documents", "passages", "file_bytes", "ivf_bytes", "table_bytes")
+
+
+def _check_meta(meta, path):
+    """Refuse a ``meta.json`` that is not this version's object with sane fields."""
+    def bad(what):
+        return ConfigError("index", f"{path}: {what}; rebuild the index",
+                           value=str(path.parent))
+    if not isinstance(meta, dict):
+        raise bad(f"expected a JSON object, found {type(meta).__name__}")
+    if meta.get("format") != FORMAT:
+        raise bad(f"format {meta.get('format')!r} where this version reads {FORMAT}")
+    if meta.get("dim") not in DIMS or isinstance(meta.get("dim"), bool):
+        raise bad(f"dim {meta.get('dim')!r} is not one of {', '.join(map(str, DIMS))}")
+    for key in _META_INTS:
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise bad(f"{key} {value!r} is not a non-negative integer")
+    if meta["documents"] < 1 or meta["passages"] < 1:
+        raise bad("no documents")
+
+
+def _check_table(offsets, ntokens, origin, meta, folder):
+    """Refuse an offset table that points outside the token file or at missing passages."""
+    def bad(what):
+        return ConfigError("index", f"{folder / 'table.npz'}: {what}; rebuild the index",
+                           value=str(folder))
+    for name, a in (("offsets", offsets), ("ntokens", ntokens), ("origin", origin)):
+        if a.ndim != 1 or a.dtype.kind not in "iu":
+            raise bad(f"{name} is not a vector of integers")
+    if len(ntokens) and (ntokens.min() < 1 or offsets.min() < 0 or (offsets % BLOCK).any()):
+        raise bad("a document has no tokens or a misaligned offset")
+    ends = offsets.astype(np.int64) + ntokens.astype(np.int64) * meta["dim"] * ITEM
+    if len(ends) and ends.max() > meta["file_bytes"]:
+        d = int(np.argmax(ends))
+        raise bad(f"document {d} ends at byte {int(ends[d]):,}, past the end of tokens.bin "
+                  f"({meta['file_bytes']:,} bytes)")
+    if len(origin) and (origin.min() < 0 or origin.max() >= meta["passages"]):
+        raise bad("a document copies a passage the index does not have")
+
+
 class Index:
     """A built index folder, loaded for searching (the token file stays on disk)."""
 
@@ -158,29 +245,22 @@ class Index:
         import faiss
         folder = Path(folder)
         meta_path = folder / "meta.json"
-        if not meta_path.is_file():
+        if not os.path.lexists(meta_path):
             raise ConfigError("index", f"{folder}: not an ESPN index folder (no meta.json); "
-                              "build one "
-                             "with hwgen espn index CORPUS --out FOLDER")
-        try:
-            self.meta = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError("index", f"{meta_path}: not valid JSON ({e})") from None
-        if not isinstance(self.meta, dict) or self.meta.get("format") != FORMAT:
-            raise ConfigError("index", f"{meta_path}: format {self.meta.get('format')!r} "
-                              "where this "
-                             f"version reads {FORMAT}; rebuild the index")
+                              "build one with hwgen espn index CORPUS --out FOLDER")
+        self.meta = checks.read_json(meta_path, "index", limit=_MAX_META_BYTES)
+        _check_meta(self.meta, meta_path)
         self.folder = folder
         self.dim = int(self.meta["dim"])
-        try:
-            table = np.load(folder / "table.npz")
-            self.offsets, self.ntokens = table["offsets"], table["ntokens"]
-            self.origin = table["origin"]
-            projection = np.load(folder / "projection.npz")
-            self.mean, self.components = projection["mean"], projection["components"]
-            self.ivf = faiss.read_index(str(folder / "ivf.faiss"))
-        except (OSError, KeyError, ValueError, RuntimeError) as e:
-            raise ConfigError("index", f"{folder}: damaged index ({e}); rebuild it") from None
+        self.offsets, self.ntokens, self.origin = _index_file(
+            folder, "table.npz", lambda p: _npz(p, "offsets", "ntokens", "origin"))
+        self.mean, self.components = _index_file(
+            folder, "projection.npz", lambda p: _npz(p, "mean", "components"))
+        if self.mean.shape != (DIMS[-1],) or self.components.shape != (DIMS[-1], self.dim):
+            raise ConfigError("index", f"{folder / 'projection.npz'}: shapes "
+                              f"{self.mean.shape} and {self.components.shape} do not fit "
+                              f"dim {self.dim}; rebuild the index", value=str(folder))
+        self.ivf = _index_file(folder, "ivf.faiss", lambda p: faiss.read_index(str(p)))
         n = self.meta["documents"]
         if not (len(self.offsets) == len(self.ntokens) == len(self.origin) == n
                 == self.ivf.ntotal):
@@ -188,9 +268,16 @@ class Index:
                               "disagree on the "
                              "number of documents; rebuild it")
         self.tokens_path = folder / "tokens.bin"
-        if os.path.getsize(self.tokens_path) != self.meta["file_bytes"]:
-            raise ConfigError("index", f"{self.tokens_path}: size differs from meta.json; "
-                              "rebuild it")
+        try:
+            st = os.stat(self.tokens_path)
+        except OSError as e:
+            raise ConfigError("index", f"{self.tokens_path}: {e.strerror}; rebuild the index",
+                              value=str(folder)) from None
+        if not stat.S_ISREG(st.st_mode) or st.st_size != self.meta["file_bytes"]:
+            raise ConfigError("index", f"{self.tokens_path}: {st.st_size:,} bytes where "
+                              f"meta.json says {self.meta['file_bytes']:,}; rebuild the index",
+                              value=str(folder))
+        _check_table(self.offsets, self.ntokens, self.origin, self.meta, folder)
 
     def encoder(self, threads=None, model=None):
         """A :class:`~hwgen.espn.host.encoder.TokenEncoder` with this index's dimension and fitted
@@ -200,8 +287,26 @@ class Index:
 
     def passages(self):
         """The indexed passages (the dicts of ``passages.jsonl``), in document order."""
-        with open(self.folder / "passages.jsonl", encoding="utf-8") as f:
-            return [json.loads(line) for line in f]
+        path = self.folder / "passages.jsonl"
+        text = checks.read_text(path, "index", limit=_MAX_PASSAGES_BYTES)
+        out = []
+        lines = text.split("\n")           # not splitlines: JSON may hold U+2028
+        for k, line in enumerate(lines[:-1] if text.endswith("\n") else lines):
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                record = None
+            if not (isinstance(record, dict) and isinstance(record.get("text"), str)
+                    and isinstance(record.get("source"), str)):
+                raise ConfigError("index", f"{path}:{k + 1}: expected a JSON object with "
+                                  '"text" and "source" strings; rebuild the index',
+                                  value=str(self.folder))
+            out.append(record)
+        if len(out) != self.meta["passages"]:
+            raise ConfigError("index", f"{path}: {len(out):,} passages where meta.json says "
+                              f"{self.meta['passages']:,}; rebuild the index",
+                              value=str(self.folder))
+        return out
 
     def memory_bytes(self):
         """Bytes ESPN keeps in memory: the IVF index and the offset table."""

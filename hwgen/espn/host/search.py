@@ -34,7 +34,12 @@ from ...lib.quant import quantize
 from ..golden import maxsim_scores
 
 __all__ = ["maxsim", "maxsim_int8", "Query", "Result", "Searcher", "ann_steps", "merge_topk",
-           "INT8_INV_SCALE", "INT8_SCALE"]
+           "INT8_INV_SCALE", "INT8_SCALE", "MAX_CANDIDATES"]
+
+#: Most candidates one query may take from the ANN (``--candidates``): faiss allocates a
+#: score and an id per candidate and query before it searches. Fewer are taken when the index
+#: holds fewer documents.
+MAX_CANDIDATES = 100_000
 
 #: Integers per unit of the int8 token quantisation (unit-norm vectors: every element is in
 #: [-1, 1]): the reciprocal of the step ``scale`` of :func:`hwgen.lib.quant.quantize`.
@@ -164,6 +169,9 @@ class Searcher:
         for name, value in (("nprobe", nprobe), ("candidates", candidates), ("k", k)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, "must be a positive integer", value=value)
+        if candidates > MAX_CANDIDATES:
+            raise ConfigError("candidates", f"must be at most {MAX_CANDIDATES:,}",
+                              value=candidates)
         if prefetch_step is not None and not 0 < prefetch_step < 1:
             raise ConfigError("prefetch_step", "a fraction of nprobe in (0, 1)",
                               value=prefetch_step)
@@ -177,7 +185,9 @@ class Searcher:
         if precision not in _SCORERS:
             raise ConfigError("rerank", "float16 or int8", value=precision)
         self.index, self.store = index, store
-        self.nprobe, self.candidates, self.k = min(nprobe, index.ivf.nlist), candidates, k
+        # more candidates than documents would only allocate padding
+        self.nprobe, self.k = min(nprobe, index.ivf.nlist), k
+        self.candidates = min(candidates, max(1, int(index.ivf.ntotal)))
         self.prefetch_step, self.rerank, self.precision = prefetch_step, rerank, precision
         self._prepare, self._score = _SCORERS[precision]
 

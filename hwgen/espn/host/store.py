@@ -89,6 +89,13 @@ class _Store:
         self.ntokens = np.asarray(ntokens, np.int32)
         self.bytes_read = 0          # bytes transferred from the file by reads since creation
         self.file_bytes = os.path.getsize(self.path)
+        ends = self.offsets + self.ntokens.astype(np.int64) * self.dim * ITEM
+        if len(ends) and ends.max() > self.file_bytes:
+            d = int(np.argmax(ends))
+            raise ConfigError("index", f"{self.path}: document {d} ends at byte "
+                              f"{int(ends[d]):,}, past the end of the file "
+                              f"({self.file_bytes:,} bytes); rebuild the index",
+                              value=os.path.dirname(self.path))
 
     def extent(self, doc):
         return _extent(int(self.ntokens[doc]), self.dim)
@@ -226,6 +233,9 @@ class DirectStore(_Store):
         try:                        # a probe read: some file systems accept the flag, then fail
             self._read_one(0) if len(self.offsets) else None
             self.bytes_read = 0
+        except ConfigError:
+            self.close()
+            raise
         except OSError as e:
             self.close()
             raise ToolError(f"{self.path}: O_DIRECT reads fail ({e.strerror}); put the "
@@ -241,9 +251,12 @@ class DirectStore(_Store):
     def _read_one(self, doc):
         size = self.extent(doc)
         buf = self._buffer(size)
-        got = os.preadv(self._fd, [memoryview(buf)[:size]], int(self.offsets[doc]))
+        at = int(self.offsets[doc])
+        got = os.preadv(self._fd, [memoryview(buf)[:size]], at)
         if got != size:
-            raise OSError(f"short read of document {doc}: {got} of {size} bytes")
+            raise ConfigError("index", f"{self.path}: short read of document {doc}: {got} of "
+                              f"{size} bytes at byte {at:,}; the token file is truncated or "
+                              "damaged, rebuild the index", value=os.path.dirname(self.path))
         with self._count_lock:
             self.bytes_read += size
         return self._view(buf, doc).copy()
