@@ -156,15 +156,41 @@ def _rotating_index(m, start, n, step, name, down=False):
     return idx
 
 
-def _select_word_element(m, words, word_idx, elem_idx, name):
-    """Element ``elem_idx`` of word ``word_idx`` of ``words`` (raw values of ``chunk``
-    int8 elements each), registered twice: the word (a ``len(words)``:1 select), then its
-    element (at most :data:`SELECT_CHUNK`:1). ``elem_idx`` is the index a cycle after
-    ``word_idx``. Returns the element, valid two cycles after ``word_idx``."""
-    width = len(words[0])
-    word = Signal(width, name=f"{name}_w", reset_less=True)
-    m.d.sync += word.eq(Array(words)[word_idx] if len(words) > 1 else words[0])
-    parts = [word[k:k + 8].as_signed() for k in range(0, width, 8)]
+def _rotate_left(m, words, shifts, step, name):
+    """``words`` rotated left by ``shift * step``, registered: output ``i`` is
+    ``words[(i + shifts[i] * step) mod len(words)]`` a cycle later, a ``len(shifts[i])``-bit
+    select (at most 4:1 here). Each output has its own shift register (``shifts[i]``), so no
+    select fans out to every word."""
+    n = len(words)
+    count = -(-n // step) if step > 1 else min(n, SELECT_CHUNK)
+    out = []
+    for i in range(n):
+        word = Signal(len(words[0]), name=f"{name}{i}", reset_less=True)
+        options = [words[(i + s * step) % n] for s in range(count)]
+        m.d.sync += word.eq(Array(options)[shifts[i]] if count > 1 else options[0])
+        out.append(word)
+    return out
+
+
+def _rotated_words(m, words, win, name):
+    """``words`` (one per K memory, or the Q row's) registered and rotated left by the window
+    ``win`` (``win`` as it was two cycles before ``words``' first register): two registered
+    steps of at most 4:1 (by ``win mod 4``, then by ``4 * (win // 4)``), so output ``p`` is
+    word ``(win + p) mod chunks``, PE ``p``'s. Returns the outputs, three registers after
+    ``words``."""
+    n = len(words)
+    first = [Signal(len(w), name=f"{name}_d1_{i}", reset_less=True) for i, w in enumerate(words)]
+    m.d.sync += [f.eq(w) for f, w in zip(first, words)]
+    low = [delay(m, win[:2], 2, name=f"{name}_lo{i}") for i in range(n)]
+    high = [delay(m, win[2:], 3, name=f"{name}_hi{i}") for i in range(n)]
+    by_low = _rotate_left(m, first, low, 1, f"{name}_d2_")
+    return _rotate_left(m, by_low, high, SELECT_CHUNK, f"{name}_rot")
+
+
+def _select_element(m, word, elem_idx, name):
+    """Element ``elem_idx`` of ``word`` (int8 elements), registered (at most
+    :data:`SELECT_CHUNK`:1)."""
+    parts = [word[k:k + 8].as_signed() for k in range(0, len(word), 8)]
     elem = Signal(signed(8), name=f"{name}_e", reset_less=True)
     m.d.sync += elem.eq(Array(parts)[elem_idx] if len(parts) > 1 else parts[0])
     return elem
@@ -228,10 +254,10 @@ class AttnDot(wiring.Component):
         m = Module()
         kmems, kfull, mk, rounds, kdone = self._k_loader(m)
         q_rd, qslots, qrbank, qflag = self._q_loader(m)
-        ser, j, issue, final_j, final_r, count, row_last, sub, words = self._issue(
+        ser, j, issue, final_j, final_r, count, row_last, sub, win = self._issue(
             m, kmems, kfull, mk, rounds, kdone, q_rd, qslots, qrbank, qflag)
         self._datapath(m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last, sub,
-                       words)
+                       win)
         return m
 
     def _k_loader(self, m):
@@ -365,17 +391,16 @@ class AttnDot(wiring.Component):
             m.d.sync += count.eq(count_now)
         else:
             m.d.comb += count.eq(count_now)
-        # j = word * chunk + sub; memory w serves PE (w - word) mod chunks, PE p reads word
-        # (word + p) mod chunks: indices kept as registers stepped with the word, so no
-        # arithmetic lies before a memory address or a select
+        # j = window * chunk + sub; memory w serves PE (w - window) mod chunks, PE p reads
+        # word (window + p) mod chunks: indices kept as registers stepped with the window, so
+        # no arithmetic lies before a memory address or a select
         sub = _rotating_index(m, 0, c.chunk, issue, name="sub")
         next_word = issue & (sub == c.chunk - 1)
         pbits = (P - 1).bit_length()
         for w, (_, rd) in enumerate(kmems):
             pe = _rotating_index(m, w, c.chunks, next_word, name=f"pe_of{w}", down=True)
             m.d.comb += rd.addr.eq(_banked(krbank, Cat(pe[:pbits], r)))
-        words = [_rotating_index(m, p, c.chunks, next_word, name=f"word{p}")
-                 for p in range(P)]
+        win = _rotating_index(m, 0, c.chunks, next_word, name="window")
         with m.If(issue):
             m.d.sync += j.eq(j + 1)
             with m.If(final_j):
@@ -388,35 +413,33 @@ class AttnDot(wiring.Component):
         qheld, qtake, _, qload = qslots
         m.d.sync += [kfull.eq(kfull + kdone - k_release), qfull.eq(qfull + qload - row_done),
                      qheld.eq(qheld + qtake - row_done)]
-        return ser, j, issue, final_j, final_r, count, row_last, sub, words
+        return ser, j, issue, final_j, final_r, count, row_last, sub, win
 
     def _datapath(self, m, ser, kmems, q_rd, j, issue, final_j, final_r, count, row_last,
-                  sub, words):
+                  sub, win):
         """Datapath: each PE multiplies its element of the Q row (:class:`AttnDot`'s
         rotated order) by the same element of its K row and accumulates over the round; the
         round's scores enter ``ser`` ``latency`` cycles after its last step."""
         c = self.config
         cs = c.chunk
         # -- datapath: select the PE's element, multiply, accumulate -------------------------
-        # memory read (cycle 1), its words registered twice (2, 3: a block RAM's read data go
-        # through no logic first, and the first register need not sit by the selects), the
-        # element selected in two registered steps (4: the PE's word, a chunks:1 select; 5:
-        # its element, at most 4:1), a register per multiplier input (6), product (7): the
-        # last two reset-less, so that the ECP5 flow packs them into each MULT18X18D
-        # (hwgen.flow.ecp5_dsp_pack)
+        # memory read (cycle 1), its words registered (2: a block RAM's read data go through
+        # no logic first), rotated so that word p is PE p's in two registered steps of at most
+        # 4:1 (3, 4), the PE's element selected (5: at most 4:1), a register per multiplier
+        # input (6), product (7): the last two reset-less, so that the ECP5 flow packs them
+        # into each MULT18X18D (hwgen.flow.ecp5_dsp_pack)
         v_prod = delay(m, issue, self.config.latency - 1, name="v")
         first_prod = delay(m, j == 0, self.config.latency - 1, name="first")
-        q_row = Value.cast(delay(m, q_rd.data, 2, name="q_row", reset_less=True))
-        q_words = [q_row[w * cs * 8:(w + 1) * cs * 8] for w in range(c.chunks)]
-        k_words = [Value.cast(delay(m, rd.data, 2, name=f"k_word{w}", reset_less=True))
-                   for w, (_, rd) in enumerate(kmems)]
+        q_row = Value.cast(q_rd.data)
+        q_words = _rotated_words(m, [q_row[w * cs * 8:(w + 1) * cs * 8]
+                                     for w in range(c.chunks)], win, "q_word")
+        k_words = _rotated_words(m, [Value.cast(rd.data) for _, rd in kmems], win, "k_word")
         accs = []
         for p in range(c.pes):
-            # each PE its own copy of the indices: no register fans out to every PE
-            word_idx = delay(m, words[p], 3, name=f"word{p}_d")
+            # each PE its own copy of the element index: no register fans out to every PE
             elem_idx = delay(m, sub, 4, name=f"sub{p}_d")
-            q_e = _select_word_element(m, q_words, word_idx, elem_idx, f"q{p}")
-            k_e = _select_word_element(m, k_words, word_idx, elem_idx, f"k{p}")
+            q_e = _select_element(m, q_words[p], elem_idx, f"q{p}")
+            k_e = _select_element(m, k_words[p], elem_idx, f"k{p}")
             q_op, k_op = (Signal(signed(8), name=f"{n}{p}", reset_less=True)
                           for n in ("q_op", "k_op"))
             prod = Signal(signed(16), name=f"prod{p}", reset_less=True)
