@@ -383,14 +383,17 @@ class AttnDot(wiring.Component):
             q_rd.addr.eq(qrbank),
         ]
         # The round's score count changes only with col and the K bank (at a round's last
-        # step) and with a K load completing; with head_dim >= 2 a round's last step comes a
-        # cycle or more after any of them, so the count can be a register (the subtraction
-        # and comparison then do not reach the serializer's credit counter in one cycle).
-        count_now = Mux(left < P, left, P)
-        if d >= 2:
-            m.d.sync += count.eq(count_now)
+        # step) and with a K load completing; a round's last step comes head_dim - 1 cycles
+        # or more after any of them, so the count can be min(head_dim - 1, 2) registers
+        # late: the rows left (a subtraction) registered, then their minimum with the PEs (a
+        # comparison), so neither reaches the serializer's credit counter in the same cycle.
+        if d >= 3:
+            left_r = Signal.like(left, name="left_r")
+            m.d.sync += [left_r.eq(left), count.eq(Mux(left_r < P, left_r, P))]
+        elif d == 2:
+            m.d.sync += count.eq(Mux(left < P, left, P))
         else:
-            m.d.comb += count.eq(count_now)
+            m.d.comb += count.eq(Mux(left < P, left, P))
         # j = window * chunk + sub; memory w serves PE (w - window) mod chunks, PE p reads
         # word (window + p) mod chunks: indices kept as registers stepped with the window, so
         # no arithmetic lies before a memory address or a select
