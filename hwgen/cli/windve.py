@@ -2,6 +2,7 @@
 (``hwgen serve`` is the old name of the group, still working)."""
 
 import asyncio
+import errno
 import json
 import signal
 import socket
@@ -20,6 +21,16 @@ __all__ = ["windve", "parse_depths"]
 DEPTH_ALIASES = {"main": "main", "accelerator": "main", "npu": "main", "gpu": "main",
                  "fpga": "main", "cpu": "cpu", "aux": "cpu"}
 DEFAULT_DEPTHS = {"main": 16, "cpu": 4}
+#: Largest queue depth (texts) `--depths` accepts.
+MAX_DEPTH = 100_000
+#: Largest `--max-batch` and `--max-texts`.
+MAX_BATCH = 1024
+#: Largest `--max-wait-ms` (a batch never waits longer than this for company).
+MAX_WAIT_MS = 10_000.0
+#: Largest closed-loop concurrency level and open-loop burst of `windve stress`.
+MAX_CONCURRENCY = 2_000
+#: Largest number of closed-loop rounds per level.
+MAX_ROUNDS = 100
 
 
 def parse_depths(text):
@@ -33,14 +44,19 @@ def parse_depths(text):
         if not sep or key not in DEPTH_ALIASES:
             raise ConfigError("depths", "expected main=N,cpu=N (main may be written npu, gpu "
                               "or accelerator)", value=text)
-        if not value.strip().isdigit() or int(value) < 1:
-            raise ConfigError("depths", f"{key} must be a whole number >= 1", value=text)
+        value = value.strip()
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_DEPTH:
+            raise ConfigError("depths", f"{key} must be a whole number in 1..{MAX_DEPTH}",
+                              value=text)
         depths[DEPTH_ALIASES[key]] = int(value)
     return depths
 
 
 def _plan(devices, heterogeneous):
     from ..windve import devices as dev
+    if devices is not None and not devices.strip():
+        raise ConfigError("devices", "is empty; leave the option out to detect the devices, "
+                          "or name them, e.g. cpu:1,cpu:1", value=devices)
     instances = dev.parse_devices(devices) if devices else dev.detect()
     plan = dev.plan(instances, heterogeneous)
     for line in dev.describe(plan):
@@ -52,11 +68,22 @@ def _plan(devices, heterogeneous):
 
 def _check_port(host, port):
     checks.at_least("port", port, 1, 65535)
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise ConfigError("host", f"is not an IPv4 address or a name this machine resolves "
+                          f"({reason})", value=host) from None
+    if not infos:
+        raise ConfigError("host", "resolves to no IPv4 address", value=host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise ConfigError("host", f"is not an address of this machine: {e.strerror}",
+                                  value=host) from None
             raise ConfigError("port", f"cannot listen on {host}:{port}: {e.strerror}",
                               value=port) from None
 
@@ -72,39 +99,41 @@ def windve():
               "declared, the first one emulates the accelerator.")
 @click.option("--heterogeneous/--no-heterogeneous", default=False, show_default=True,
               help="Overflow to the CPU queue when the main queue is full.")
-@click.option("--depths", help="Queue depths in texts, main=N,cpu=N (default main=16,cpu=4; "
-              "`hwgen windve calibrate` measures them).")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8088, show_default=True)
+@click.option("--depths", help="Queue depths in texts, main=N,cpu=N, each 1..100000 "
+              "(default main=16,cpu=4; `hwgen windve calibrate` measures them).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="IPv4 address or name to listen on (must be this machine's).")
+@click.option("--port", type=int, default=8088, show_default=True, help="1..65535.")
 @click.option("--max-batch", type=int, default=32, show_default=True,
-              help="Texts per instance batch.")
+              help="Texts per instance batch, 1..1024.")
 @click.option("--max-wait-ms", type=float, default=5.0, show_default=True,
-              help="How long an instance waits for its batch to fill.")
+              help="How long an instance waits for its batch to fill; a finite number "
+              "in 0..10000.")
 @click.option("--max-texts", type=int, default=64, show_default=True,
-              help="Texts per request.")
+              help="Texts per request, 1..1024.")
 @click.option("--truncate", is_flag=True, help="Cut texts over 256 tokens (as "
               "sentence-transformers does) instead of answering 413.")
 @reports_errors
 def serve_run(devices, heterogeneous, depths, host, port, max_batch, max_wait_ms, max_texts,
               truncate):
     """Serve POST /v1/embeddings, GET /metrics and GET /health until interrupted."""
-    import uvicorn
-    from ..windve.service import EmbeddingService, create_app
+    from ..windve.service import (DRAIN_SECONDS, EmbeddingService, create_app,
+                                  draining_server, server_config)
     depth = parse_depths(depths)
-    checks.at_least("max_batch", max_batch, 1)
-    checks.at_least("max_texts", max_texts, 1)
-    if not max_wait_ms >= 0:
-        raise ConfigError("max_wait_ms", "must be >= 0", value=max_wait_ms)
+    checks.at_least("max_batch", max_batch, 1, MAX_BATCH)
+    checks.at_least("max_texts", max_texts, 1, MAX_BATCH)
+    checks.in_range("max_wait_ms", max_wait_ms, 0.0, MAX_WAIT_MS)
     _check_port(host, port)
     plan = _plan(devices, heterogeneous)
     service = EmbeddingService(plan, depth, max_batch=max_batch, max_wait=max_wait_ms / 1000,
-                               max_texts=max_texts, truncate=truncate).start(log=_log)
+                               max_texts=max_texts, truncate=truncate)
+    # the web stack (FastAPI, uvicorn) is imported before the model copies load
+    server = draining_server(service, server_config(create_app(service), host, port))
+    service.start(log=_log)
     queues = ", ".join(f"{q.name} depth {q.depth}" for q in service.manager.queues)
     click.echo(f"WindVE serving {len(service.runners)} instances ({queues}; heterogeneous "
                f"{'on' if service.manager.heterogeneous else 'off'}) on http://{host}:{port}",
                err=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host=host, port=port,
-                                           log_level="warning", access_log=False))
     # uvicorn handles SIGINT/SIGTERM while serving (stop accepting, finish the requests in
     # flight) and re-raises the signal afterwards; this handler takes it, so the queues are
     # drained below and the command exits 0 instead of with a KeyboardInterrupt.
@@ -114,15 +143,14 @@ def serve_run(devices, heterogeneous, depths, host, port, max_batch, max_wait_ms
         server.run()
     finally:
         _log("draining: answering every accepted request ...")
-        service.drain(timeout=120)
+        service.drain(timeout=DRAIN_SECONDS)
         _log(f"stopped; {json.dumps(service.health()['queues'])}")
 
 
 def _check_inputs(slos, json_path, plot_path):
     """SLOs must be positive; output files must be writable (checked before anything runs)."""
     for slo in slos:
-        if not slo > 0:
-            raise ConfigError("slo", "must be > 0 seconds", value=slo)
+        checks.positive("slo", slo)
     for path, name in ((json_path, "json"), (plot_path, "plot")):
         if path:
             checks.output_file(name, path)
@@ -134,8 +162,9 @@ def _levels(text):
     except ValueError:
         raise ConfigError("concurrency", "expected a comma-separated list of integers",
                           value=text) from None
-    if not levels or levels[0] < 1:
-        raise ConfigError("concurrency", "needs at least one level, all >= 1", value=text)
+    if not levels or levels[0] < 1 or levels[-1] > MAX_CONCURRENCY:
+        raise ConfigError("concurrency", f"needs at least one level, all in "
+                          f"1..{MAX_CONCURRENCY}", value=text)
     return levels
 
 
@@ -144,11 +173,11 @@ def _levels(text):
 @click.option("--slo", type=float, default=1.0, show_default=True,
               help="End-to-end latency limit in seconds.")
 @click.option("--concurrency", "levels", default="1,2,4,8,12,16,20,24,28,32,40,48,56,64",
-              show_default=True, help="Closed-loop concurrency levels.")
+              show_default=True, help="Closed-loop concurrency levels, each 1..2000.")
 @click.option("--rounds", type=int, default=2, show_default=True,
-              help="Closed-loop rounds per level.")
-@click.option("--burst", type=int, help="Also send open-loop bursts of this many requests "
-              "(10 bursts, 0.2 s apart) and count the answers.")
+              help="Closed-loop rounds per level, 1..100.")
+@click.option("--burst", type=int, help="Also send open-loop bursts of this many requests, "
+              "1..2000 (10 bursts, 0.2 s apart) and count the answers.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="PNG of latency against concurrency, main-only and heterogeneous.")
@@ -157,12 +186,15 @@ def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
     """Closed-loop stress test of a running service: main-only vs heterogeneous."""
     from ..windve import stress
     _check_inputs([slo], json_path, plot_path)
-    checks.at_least("rounds", rounds, 1)
+    checks.at_least("rounds", rounds, 1, MAX_ROUNDS)
+    levels = _levels(levels)
+    if burst is not None:
+        checks.at_least("burst", burst, 1, MAX_CONCURRENCY)
+    stress.check_reachable(url)
     texts = stress.default_texts()
-    report = asyncio.run(stress.run_stress(url, slo, _levels(levels), texts, rounds=rounds,
+    report = asyncio.run(stress.run_stress(url, slo, levels, texts, rounds=rounds,
                                            progress=_log))
     if burst:
-        checks.at_least("burst", burst, 1)
         report["open_loop"] = asyncio.run(stress.open_loop(url, 10, burst, 0.2, texts))
         for key in ("sent", "ok", "rejected", "errors"):
             report[key] += report["open_loop"][key]

@@ -112,7 +112,7 @@ class DeviceQueue:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     break
-                self._cond.wait(left)
+                self._cond.wait(min(left, 0.5))    # bounded: an infinite wait overflows
             return batch
 
     def finish(self, batch):

@@ -37,7 +37,7 @@ from .. import checks
 from ..errors import ConfigError
 from ..plots import new_axes, save_axes
 
-__all__ = ["ROUTE_HEADER", "closed_loop", "open_loop", "max_concurrency", "run_stress",
+__all__ = ["ROUTE_HEADER", "check_reachable", "closed_loop", "open_loop", "max_concurrency", "run_stress",
            "plot_stress", "default_texts"]
 
 #: The request header that restricts a request to one queue (``main``: the accelerator).
@@ -59,6 +59,28 @@ def _check_common(url, texts, route, timeout):
         raise ConfigError("route", "must be None or a non-empty string", value=route)
     checks.positive("timeout", timeout)
     return url.rstrip("/") + "/v1/embeddings"
+
+
+def check_reachable(url, timeout=5.0):
+    """Refuse ``url`` (:class:`ConfigError` naming ``url``) unless a WindVE service answers its
+    ``/health`` within ``timeout`` seconds: a connection refused, an unresolvable host or a
+    timeout is the user's mistake and is said in one line before any load is sent."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError("url", "must be an http:// or https:// URL", value=url)
+    try:
+        response = httpx.get(url.rstrip("/") + "/health", timeout=timeout)
+    except httpx.ConnectError as e:
+        reason = "connection refused" if "refused" in str(e).lower() or "111" in str(e) \
+            else f"cannot connect ({e})"
+        raise ConfigError("url", f"no service answers at {url}: {reason}", value=url) from None
+    except httpx.TimeoutException:
+        raise ConfigError("url", f"no answer from {url} within {timeout:g} s",
+                          value=url) from None
+    except (httpx.HTTPError, ValueError) as e:
+        raise ConfigError("url", f"cannot reach {url}: {e}", value=url) from None
+    if response.status_code not in (200, 503):
+        raise ConfigError("url", f"{url}/health answered HTTP {response.status_code}; is it a "
+                          f"WindVE service?", value=url)
 
 
 def _client(timeout, connections):

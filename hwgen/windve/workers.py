@@ -151,40 +151,68 @@ class InstanceRunner(threading.Thread):
         self.batches = 0
         self.dead = False
         self.error = None
+        self.crashes = 0
+        #: ``time.monotonic()`` when the batch in flight was sent (None when idle).
+        self.busy_since = None
+
+    def stuck(self, limit):
+        """True when the batch in flight was sent more than ``limit`` seconds ago."""
+        since = self.busy_since
+        return since is not None and time.monotonic() - since > limit
 
     def run(self):
+        """Take batches until the queue is closed and drained. An unexpected exception does
+        not end the thread: the batch is answered with :class:`InstanceFailed` (HTTP 503),
+        the worker restarted and the loop goes on."""
         while True:
-            batch = self.queue.take_batch(self.max_batch, self.max_wait)
-            if not batch:
-                return
-            if self.dead:
-                for request in batch:
-                    request.future.set_exception(InstanceFailed(
-                        f"{self.worker.instance.name} cannot be restarted: {self.error}"))
-                self.queue.finish(batch)
-                continue
-            texts = [t for request in batch for t in request.texts]
-            start = time.monotonic()
+            batch = []
             try:
-                vectors = self.worker.embed(texts)
-            except WorkerDied as e:
-                for request in self.queue.requeue(batch, self.max_attempts):
-                    request.future.set_exception(InstanceFailed(str(e)))
+                batch = self.queue.take_batch(self.max_batch, self.max_wait)
+                if not batch:
+                    return
+                self._serve(batch)
+            except Exception as e:             # a bug must not strand the queue's requests
+                self.crashes += 1
+                self.error = f"{type(e).__name__}: {e}"
+                unanswered = [r for r in batch if not r.future.done()]
+                for request in unanswered:
+                    request.future.set_exception(InstanceFailed(self.error))
+                if unanswered:              # else _serve finished the batch already
+                    self.queue.finish(batch)
                 self._restart()
-                continue
-            except ValueError as e:
-                for request in batch:
-                    request.future.set_exception(e)
-                self.queue.finish(batch)
-                continue
-            row = 0
+            finally:
+                self.busy_since = None
+
+    def _serve(self, batch):
+        """Embed one batch and answer its requests."""
+        if self.dead:
             for request in batch:
-                request.future.set_result(vectors[row:row + request.size])
-                row += request.size
+                request.future.set_exception(InstanceFailed(
+                    f"{self.worker.instance.name} cannot be restarted: {self.error}"))
             self.queue.finish(batch)
-            self.batches += 1
-            if self.on_batch:
-                self.on_batch(self.queue.name, batch, time.monotonic() - start)
+            return
+        texts = [t for request in batch for t in request.texts]
+        start = self.busy_since = time.monotonic()
+        try:
+            vectors = self.worker.embed(texts)
+        except WorkerDied as e:
+            for request in self.queue.requeue(batch, self.max_attempts):
+                request.future.set_exception(InstanceFailed(str(e)))
+            self._restart()
+            return
+        except ValueError as e:
+            for request in batch:
+                request.future.set_exception(e)
+            self.queue.finish(batch)
+            return
+        row = 0
+        for request in batch:
+            request.future.set_result(vectors[row:row + request.size])
+            row += request.size
+        self.queue.finish(batch)
+        self.batches += 1
+        if self.on_batch:
+            self.on_batch(self.queue.name, batch, time.monotonic() - start)
 
     def _restart(self):
         """Restart the worker; after ``max_attempts`` failed starts the runner is dead and
