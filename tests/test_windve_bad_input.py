@@ -25,6 +25,7 @@ uvicorn = pytest.importorskip("uvicorn")
 from hwgen.windve import service as svc  # noqa: E402
 from hwgen.windve.queues import Request  # noqa: E402
 from hwgen.windve.workers import InstanceFailed, InstanceRunner  # noqa: E402
+from test_windve_service import _metric  # noqa: E402
 
 
 def cli(*args):
@@ -129,15 +130,6 @@ def _service(depths=(4, 4), delay=0.0, max_wait=0.001):
     runner.start()
     service.runners.append(runner)
     return service, worker, runner
-
-
-def _metric(text, name, **labels):
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line
-                                                 for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.fixture()
