@@ -204,3 +204,15 @@ def test_a_missing_module_of_hwgen_itself_stays_a_bug():
     from hwgen.cli_support import missing_dependency
     assert missing_dependency(ModuleNotFoundError("x", name="hwgen.nothing")) is None
     assert missing_dependency(ValueError("x")) is None
+
+
+def test_build_unknown_board_lists_the_open_flow_boards_too(tmp_path):
+    """Issue 35 item 20: ``build --board`` takes the ECP5 open-flow boards as well, so the
+    refusal of an unknown name lists them beside the vendor boards."""
+    from hwgen.flow.openboard import OPEN_BOARDS
+    result = CliRunner().invoke(main, ["build", "pq-decoder", "--board", "nope", "--out",
+                                       str(tmp_path / "o")])
+    assert result.exit_code == 2
+    for name in ("u250", "sidewinder", *OPEN_BOARDS):
+        assert name in result.output
+    assert not (tmp_path / "o").exists()

@@ -84,6 +84,21 @@ def config_cmd(name, sets, config_file, board, json_path):
                            "derived": cfg.derived()}, indent=2, default=str))
 
 
+def _build_board(board, open_boards):
+    """The vendor board ``board`` for ``hwgen build``; an unknown name is refused listing the
+    vendor boards and the open-flow ECP5 boards ``build`` also takes."""
+    try:
+        return _board(board)
+    except ConfigError as e:
+        if e.param != "board":
+            raise
+        from ..boards import board_names
+        raise ConfigError("board", "unknown board; choose one of: "
+                          + ", ".join([*board_names(), *open_boards])
+                          + f" (the last {len(open_boards)}: ECP5, open flow)",
+                          value=board) from None
+
+
 @click.command()
 @click.argument("name")
 @with_config_options
@@ -99,7 +114,7 @@ def build(name, sets, config_file, board, out_dir, synth):
     from ..flow.build import build_accelerator
     from ..flow.openboard import OPEN_BOARDS, build_bitstream
     open_board = board in OPEN_BOARDS
-    board_obj = None if open_board else _board(board)
+    board_obj = None if open_board else _build_board(board, OPEN_BOARDS)
     acc, cfg = _config(name, sets, config_file, board_obj)
     checks.output_dir("out", out_dir)
     written = build_accelerator(acc, cfg, board_obj, Path(out_dir), synth=synth, log=_log)
