@@ -216,3 +216,17 @@ def test_build_unknown_board_lists_the_open_flow_boards_too(tmp_path):
     for name in ("u250", "sidewinder", *OPEN_BOARDS):
         assert name in result.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("address", ["not a url", "localhost", "tcp://host:notaport"])
+@pytest.mark.parametrize("command", [["sweep", "hwgen/flow/sweeps/regression.json"],
+                                     ["bench", "timing", "--only", "gmi-header"]])
+def test_bad_scheduler_address_is_refused_before_connecting(tmp_path, command, address):
+    """Issue 35 item 14: a scheduler address that cannot be one is exit 2 naming
+    ``scheduler``, not an internal error, and nothing is started or written."""
+    out = ["--out", str(tmp_path / "o")] if command[0] == "sweep" else \
+        ["--results", str(tmp_path / "t.json")]
+    result = CliRunner().invoke(main, [*command, "--scheduler", address, *out])
+    assert result.exit_code == 2, result.output
+    assert "scheduler" in result.output and "internal error" not in result.output
+    assert not list(tmp_path.iterdir())

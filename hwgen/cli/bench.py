@@ -66,6 +66,9 @@ def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, ou
         registry.get(name.split()[0])
     if json_path:
         checks.output_file("json", json_path)
+    if scheduler:
+        from ..flow.sweep import check_scheduler
+        check_scheduler(scheduler)
     if pnr_timeout is not None:
         from ..flow.timing import PNR_TIMEOUT_ENV
         checks.at_least("pnr-timeout", pnr_timeout, 1, 86400)

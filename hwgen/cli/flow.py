@@ -339,8 +339,10 @@ def timing_lines(r):
 def sweep(spec, scheduler, workers, retries, out_dir):
     """Run a sweep SPEC (JSON or YAML: accelerator, grid/configs, seeds, stall, items) on Dask
     distributed: every job a simulation checked against the golden model."""
-    from ..flow.sweep import run_sweep
+    from ..flow.sweep import check_scheduler, run_sweep
     checks.at_least("retries", retries, 0, 10)
+    if scheduler:
+        check_scheduler(scheduler)
     rows = run_sweep(spec, out_dir, scheduler=scheduler, workers=workers, retries=retries,
                      echo=click.echo)
     bad = [r for r in rows if r.get("error") or r.get("mismatches") or r.get("timeout")

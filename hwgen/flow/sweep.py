@@ -47,7 +47,7 @@ from pathlib import Path
 from .. import checks, registry
 from ..errors import ConfigError, ToolError
 
-__all__ = ["Job", "load_spec", "run_sweep"]
+__all__ = ["Job", "load_spec", "run_sweep", "check_scheduler"]
 
 _KEYS = ("accelerator", "grid", "configs", "seeds", "stall", "items", "engine", "options",
          "synth", "timing", "fault", "comment")
@@ -249,6 +249,21 @@ def _timing_row(acc, cfg, seeds):
 
 # -- driver ---------------------------------------------------------------------------------
 
+def check_scheduler(address):
+    """``address`` if it is a Dask scheduler address (``tcp://HOST:PORT``, ``HOST:PORT``, or
+    another protocol's ``PROTO://...``); :class:`ConfigError` naming ``scheduler`` otherwise,
+    before any connection is tried."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    try:
+        proto, loc = parse_address(address)
+        if proto in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(loc)
+    except (ValueError, TypeError) as e:
+        raise ConfigError("scheduler", f"is not a Dask scheduler address ({e}); give "
+                          "tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786", value=address) from None
+    return address
+
+
 def _client(scheduler, workers):
     try:
         from distributed import Client, LocalCluster
@@ -256,6 +271,7 @@ def _client(scheduler, workers):
         raise ToolError("hwgen sweep needs Dask distributed (pip install "
                         "'distributed==2026.8.0'; make setup installs it)") from None
     if scheduler:
+        check_scheduler(scheduler)
         try:
             return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError) as e:
