@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from hwgen.cli import main
+from hwgen.errors import ConfigError
 from hwgen.cluster.spec import describe
 
 
@@ -230,3 +231,44 @@ def test_bad_scheduler_address_is_refused_before_connecting(tmp_path, command, a
     assert result.exit_code == 2, result.output
     assert "scheduler" in result.output and "internal error" not in result.output
     assert not list(tmp_path.iterdir())
+
+
+def _sweep_spec(tmp_path, entry):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(entry))
+    return str(path)
+
+
+@pytest.mark.parametrize("entry, needle", [
+    # 1,024,000 points, and a 4.1e9-point product: refused from the sizes, nothing built
+    ({"accelerator": "pq-decoder", "grid": {"m": list(range(1, 1025)),
+                                            "lut_bits": list(range(1, 1001))}}, "max-jobs"),
+    ({"accelerator": "pq-decoder", "grid": {"m": list(range(2000)), "lut_bits": list(range(2000)),
+                                            "lut_shift": list(range(1024))}}, "max-jobs"),
+    ({"accelerator": "pq-decoder", "grid": {}}, "names no parameter"),
+    ({"accelerator": "pq-decoder", "options": {"fuzz": 10}}, "options.fuzz"),
+    ({"accelerator": "pq-decoder", "items": 10 ** 12}, "items"),
+])
+def test_sweep_spec_bounds(tmp_path, entry, needle):
+    """Issue 35 item 9: a sweep's size is checked from its grid before any job list exists,
+    an empty grid and another model's options are refused, items are bounded; one line, exit
+    2, within seconds."""
+    import time
+    start = time.monotonic()
+    result = CliRunner().invoke(main, ["sweep", _sweep_spec(tmp_path, entry), "--out",
+                                       str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and "internal error" not in result.output
+    assert time.monotonic() - start < 10
+    assert not (tmp_path / "o").exists()
+
+
+def test_sweep_max_jobs_admits_what_it_names(tmp_path):
+    from hwgen.flow.sweep import load_spec
+    entry = {"accelerator": "pq-decoder", "grid": {"m": [4, 8]}, "seeds": [1, 2, 3]}
+    assert len(load_spec([entry], max_jobs=6)) == 6
+    with pytest.raises(ConfigError, match="max-jobs 5"):
+        load_spec([entry], max_jobs=5)
+    result = CliRunner().invoke(main, ["sweep", _sweep_spec(tmp_path, entry), "--max-jobs",
+                                       "0", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "max-jobs" in result.output

@@ -187,3 +187,31 @@ def test_cli_gives_a_result_or_one_clean_line(tmp_path_factory, name, data):
         assert acc.config.from_dict(echoed["config"]).to_dict() == echoed["config"]
     else:
         assert result.stderr.startswith("hwgen: error: ") and result.stderr.count("\n") == 1
+
+
+_SWEEP_KEYS = ["accelerator", "grid", "configs", "seeds", "stall", "items", "engine", "options",
+               "synth", "timing", "fault", "comment", "colour"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_sweep_specs_are_loaded_or_refused(data):
+    """Issue 35 deliver 4: a generated sweep spec (known and unknown keys, real accelerators
+    and parameters with any JSON values, grids up to 10^9 points) is either a job list within
+    ``max_jobs`` or one clean ConfigError; nothing else, and no product is built past the
+    cap."""
+    from hwgen.flow.sweep import load_spec
+    name = data.draw(st.sampled_from(registry.names()))
+    fields = [f[0] for f in registry.get(name).config.describe()]
+    entry = data.draw(st.dictionaries(st.sampled_from(_SWEEP_KEYS), json_values, max_size=5))
+    if data.draw(st.booleans()):
+        entry["accelerator"] = name
+    if data.draw(st.booleans()):
+        entry["grid"] = data.draw(st.dictionaries(
+            st.one_of(st.sampled_from(fields), st.text(max_size=5)),
+            st.one_of(st.lists(json_scalars, max_size=3),
+                      st.integers(1, 1000).map(lambda n: list(range(n)))), max_size=3))
+    spec = [entry] if data.draw(st.booleans()) else entry
+    jobs = _accept_or_config_error(lambda: load_spec(spec if isinstance(spec, list) else [spec],
+                                                     max_jobs=500))
+    assert jobs is None or 1 <= len(jobs) <= 500

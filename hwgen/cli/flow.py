@@ -335,16 +335,20 @@ def timing_lines(r):
               help="Retries of a job that raises (a dead worker's jobs are rescheduled too).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for sweep.json, sweep.csv and sweep.png.")
+@click.option("--max-jobs", type=int, default=10_000, show_default=True,
+              help="Refuse a spec that expands to more jobs than this (counted from the "
+              "grid's sizes before any job is built; at most 10,000,000).")
 @reports_errors
-def sweep(spec, scheduler, workers, retries, out_dir):
+def sweep(spec, scheduler, workers, retries, out_dir, max_jobs):
     """Run a sweep SPEC (JSON or YAML: accelerator, grid/configs, seeds, stall, items) on Dask
     distributed: every job a simulation checked against the golden model."""
     from ..flow.sweep import check_scheduler, run_sweep
     checks.at_least("retries", retries, 0, 10)
+    checks.at_least("max-jobs", max_jobs, 1, 10_000_000)
     if scheduler:
         check_scheduler(scheduler)
     rows = run_sweep(spec, out_dir, scheduler=scheduler, workers=workers, retries=retries,
-                     echo=click.echo)
+                     echo=click.echo, max_jobs=max_jobs)
     bad = [r for r in rows if r.get("error") or r.get("mismatches") or r.get("timeout")
            or r.get("counter_mismatches")]
     if bad:

@@ -37,6 +37,7 @@ import csv
 import itertools
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -53,6 +54,11 @@ _KEYS = ("accelerator", "grid", "configs", "seeds", "stall", "items", "engine", 
          "synth", "timing", "fault", "comment")
 #: Place-and-route seeds of ``"timing": true``.
 TIMING_SEEDS = 3
+#: Most jobs a spec may expand to by default (``hwgen sweep --max-jobs`` raises it); checked
+#: from the grid's sizes before any job list is built.
+MAX_JOBS = 10_000
+#: Most items per simulation job.
+MAX_ITEMS = 10_000_000
 
 
 @dataclass
@@ -120,9 +126,33 @@ def spec_path(name):
     return p
 
 
-def load_spec(path):
+def _stimulus_options(acc, options, where):
+    """``options`` checked against the model's ``hwgen sim`` stimulus options."""
+    if not isinstance(options, dict):
+        raise ConfigError(f"{where}.options", "must be an object of the model's stimulus "
+                          "options (e.g. {\"fuzz\": 200})", value=options)
+    known = [o.name for o in acc.model.sim_options if o.route == "stimulus"]
+    for key in options:
+        if key not in known:
+            raise ConfigError(f"{where}.options.{key}", f"is not a stimulus option of "
+                              f"{acc.name} (its options: {', '.join(known) or 'none'})")
+    return options
+
+
+def _job_count(grid_sizes, extra, runs, where, total, max_jobs):
+    """Jobs an entry adds (``prod(grid_sizes) + extra`` configurations x ``runs`` each),
+    refused when ``total`` plus them exceeds ``max_jobs``; computed without building them."""
+    configs = (math.prod(grid_sizes) if grid_sizes else 0) + extra
+    count = configs * runs
+    if total + count > max_jobs:
+        raise ConfigError(f"{where}.grid", f"expands to {total + count:,} jobs in all, more "
+                          f"than --max-jobs {max_jobs:,}: fewer values, or a larger --max-jobs")
+    return count
+
+
+def load_spec(path, max_jobs=MAX_JOBS):
     """The jobs of the spec file ``path`` (or of a spec given as a list of entries), every
-    configuration validated (nothing runs yet)."""
+    configuration validated (nothing runs yet); at most ``max_jobs`` jobs."""
     from .engine import ENGINES
     doc = path if isinstance(path, list) else _read(spec_path(path))
     entries = doc if isinstance(doc, list) else [doc]
@@ -140,33 +170,36 @@ def load_spec(path):
         grid = entry.get("grid", {})
         if not isinstance(grid, dict):
             raise ConfigError(f"{where}.grid", "must be an object {parameter: [values]}")
+        if "grid" in entry and not grid:
+            raise ConfigError(f"{where}.grid", "names no parameter: give {parameter: "
+                              "[values]}, or leave grid out to run the default configuration")
         names = list(grid)
         values = [_list(grid, n, f"{where}.grid", None) for n in names]
-        configs = [dict(zip(names, combo)) for combo in itertools.product(*values)] \
-            if names else []
         extra = entry.get("configs", [] if names else [{}])
         if not isinstance(extra, list) or not all(isinstance(c, dict) for c in extra):
             raise ConfigError(f"{where}.configs", "must be a list of parameter objects")
+        seeds = [checks.at_least(f"{where}.seeds", s, 0, checks.SEED_MAX)
+                 for s in _list(entry, "seeds", where, [1],
+                                empty=bool(entry.get("timing") or entry.get("synth")))]
+        stalls = [checks.probability(f"{where}.stall", s) for s in _list(entry, "stall", where,
+                                                                          [0.0])]
+        runs = len(seeds) * len(stalls) + bool(entry.get("synth")) + bool(entry.get("timing"))
+        _job_count([len(v) for v in values], len(extra), runs, where, len(jobs), max_jobs)
+        configs = [dict(zip(names, combo)) for combo in itertools.product(*values)] \
+            if names else []
         configs += extra
         for c, params in enumerate(configs):
             try:
                 acc.config.from_dict(params)
             except ConfigError as err:
                 raise ConfigError(f"{where} configuration {c} ({params})", str(err)) from None
-        seeds = [checks.at_least(f"{where}.seeds", s, 0, checks.SEED_MAX)
-                 for s in _list(entry, "seeds", where, [1],
-                                empty=bool(entry.get("timing") or entry.get("synth")))]
-        stalls = [checks.probability(f"{where}.stall", s) for s in _list(entry, "stall", where,
-                                                                          [0.0])]
-        items = checks.at_least(f"{where}.items", entry.get("items", acc.default_items), 1)
+        items = checks.at_least(f"{where}.items", entry.get("items", acc.default_items), 1,
+                                MAX_ITEMS)
         engine = entry.get("engine", "native")
-        if engine not in ENGINES:
+        if not isinstance(engine, str) or engine not in ENGINES:
             raise ConfigError(f"{where}.engine", "must be one of " + ", ".join(ENGINES),
                               value=engine)
-        options = entry.get("options", {})
-        if not isinstance(options, dict):
-            raise ConfigError(f"{where}.options", "must be an object of the model's stimulus "
-                              "options (e.g. {\"fuzz\": 200})", value=options)
+        options = _stimulus_options(acc, entry.get("options", {}), where)
         timing_seeds = _timing_seeds(entry, where)
         fault = entry.get("fault", {})
         if not isinstance(fault, dict):
@@ -292,10 +325,11 @@ def _progress(done, total, failed, start, stream):
 
 
 def run_sweep(spec, out_dir, *, scheduler=None, workers=None, retries=2, echo=print,
-              progress=None):
-    """Run every job of the spec on Dask; write the table and the plot; returns the rows."""
+              progress=None, max_jobs=MAX_JOBS):
+    """Run every job of the spec (at most ``max_jobs``) on Dask; write the table and the
+    plot; returns the rows."""
     from distributed import as_completed
-    jobs = load_spec(spec)
+    jobs = load_spec(spec, max_jobs=max_jobs)
     workers = checks.at_least("workers", workers if workers is not None else
                               (os.cpu_count() or 1), 1, 1024)
     out = checks.output_dir("out", out_dir)
