@@ -72,8 +72,11 @@ SUM_OF_PARTS = ("chamvs-node", "ibert-linear", "ibert-softmax-matmul", "lut-buil
 NOTES = {
     "chamvs-node": "the default node does not fit the LFE5U-85F; `chamvs-node channels=1` and "
                    "`channels=2` (the same pipeline with one and two of its four channels) "
-                   "stand for it: equal ratios show that the critical path does not grow "
-                   "with the channels",
+                   "are to stand for it, but neither is measured yet: `channels=1` (95 DP16KD, "
+                   "64 MULT18X18D, 28,277 LUTs) was still in nextpnr's analytical placement "
+                   "after 40 minutes (iteration 5-6, 100-140 s each, two seeds on two cores) "
+                   "and was stopped. Its blocks are measured on their own: lut-builder, "
+                   "pq-decoder, hier-pq, insert-pq rows",
     "ibert-linear": "the default (8 tiles x 16 PEs, 128 of the 85F's 156 MULT18X18D) did not "
                     "finish routing within the flow's 1,200 s per seed; `ibert-linear tiles=2` "
                     "and `tiles=4` (the same Tile pipeline, 32 and 64 multipliers) stand for "
