@@ -118,11 +118,16 @@ class AttnDotConfig(Config, RowKernel):
                 "k_memory_bits": self.k_memory_bits}
 
     @property
+    def k_words(self):
+        """Words of each K memory: two banks of ``2**ceil(log2 max_rounds) *
+        2**ceil(log2 pes)`` (address: bank, round, PE)."""
+        return 2 << ((self.max_rounds - 1).bit_length() + (self.pes - 1).bit_length())
+
+    @property
     def k_memory_bits(self):
-        """Bits of the K memories: ``chunks`` memories of ``chunk`` int8 elements, two banks
-        of ``2**ceil(log2 max_rounds) * 2**ceil(log2 pes)`` words each."""
-        words = 2 << ((self.max_rounds - 1).bit_length() + (self.pes - 1).bit_length())
-        return self.chunks * words * self.chunk * 8
+        """Bits of the K memories: ``chunks`` memories of :attr:`k_words` words of ``chunk``
+        int8 elements."""
+        return self.chunks * self.k_words * self.chunk * 8
 
 
 def _banked(bank, addr):
@@ -269,12 +274,12 @@ class AttnDot(wiring.Component):
         c = self.config
         P, cs = c.pes, c.chunk
         word_shape = data.ArrayLayout(signed(8), cs)
-        depth = 2 << ((c.max_rounds - 1).bit_length() + (P - 1).bit_length())
         # -- K loader: row c -> round c // P, PE c % P; then zero rows up to a multiple of P
         kmems = []
         for w in range(c.chunks):
             # the loader writes only the bank not being computed: no_rw_check (NO_COLLISIONS)
-            mem = memory.Memory(shape=word_shape, depth=depth, init=[], attrs=NO_COLLISIONS)
+            mem = memory.Memory(shape=word_shape, depth=c.k_words, init=[],
+                                attrs=NO_COLLISIONS)
             m.submodules[f"kmem{w}"] = mem
             kmems.append((mem.write_port(), mem.read_port()))
         kfull = Signal(range(3))
@@ -387,13 +392,15 @@ class AttnDot(wiring.Component):
         # or more after any of them, so the count can be min(head_dim - 1, 2) registers
         # late: the rows left (a subtraction) registered, then their minimum with the PEs (a
         # comparison), so neither reaches the serializer's credit counter in the same cycle.
+        rows_left = left
         if d >= 3:
-            left_r = Signal.like(left, name="left_r")
-            m.d.sync += [left_r.eq(left), count.eq(Mux(left_r < P, left_r, P))]
-        elif d == 2:
-            m.d.sync += count.eq(Mux(left < P, left, P))
+            rows_left = Signal.like(left, name="left_r")
+            m.d.sync += rows_left.eq(left)
+        count_now = Mux(rows_left < P, rows_left, P)
+        if d >= 2:
+            m.d.sync += count.eq(count_now)
         else:
-            m.d.comb += count.eq(Mux(left < P, left, P))
+            m.d.comb += count.eq(count_now)
         # j = window * chunk + sub; memory w serves PE (w - window) mod chunks, PE p reads
         # word (window + p) mod chunks: indices kept as registers stepped with the window, so
         # no arithmetic lies before a memory address or a select
