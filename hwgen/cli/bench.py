@@ -70,8 +70,8 @@ def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, ou
         from ..flow.sweep import check_scheduler
         check_scheduler(scheduler)
     if pnr_timeout is not None:
-        from ..flow.timing import PNR_TIMEOUT_ENV
-        checks.at_least("pnr-timeout", pnr_timeout, 1, 86400)
+        from ..flow.timing import PNR_TIMEOUT_ENV, PNR_TIMEOUT_MAX_S
+        checks.at_least("pnr-timeout", pnr_timeout, 1, PNR_TIMEOUT_MAX_S)
         os.environ[PNR_TIMEOUT_ENV] = str(pnr_timeout)     # Dask's local workers inherit it
     timing_table.load(results_path)     # a malformed table fails before hours of work
     run_bench(click.echo, seeds=seeds, names=names, json_path=json_path, log=_log,

@@ -41,7 +41,8 @@ from .timing_table import RESULTS, lookup
 from .tools import cache_dir, file_lock, work_dir, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "flow_fingerprint", "GOAL_RATIO",
-           "PART", "pnr_args", "parse_pnr_report", "pnr_timeout_s", "PNR_TIMEOUT_ENV"]
+           "PART", "pnr_args", "parse_pnr_report", "pnr_timeout_s", "PNR_TIMEOUT_ENV",
+           "PNR_TIMEOUT_MAX_S"]
 
 #: The issue's goal: a block at least this fraction of the reference's Fmax.
 GOAL_RATIO = 0.9
@@ -88,6 +89,8 @@ def _does_not_fit(log_path):
 #: fingerprint.
 PNR_TIMEOUT_S = 1200
 PNR_TIMEOUT_ENV = "HWGEN_PNR_TIMEOUT_S"
+#: Longest limit accepted (a day).
+PNR_TIMEOUT_MAX_S = 86400
 
 
 def pnr_timeout_s():
@@ -99,9 +102,9 @@ def pnr_timeout_s():
         seconds = int(value)
     except ValueError:
         seconds = 0
-    if not 1 <= seconds <= 86400:
-        raise ConfigError(PNR_TIMEOUT_ENV, "must be a whole number of seconds in 1..86400",
-                          value=value)
+    if not 1 <= seconds <= PNR_TIMEOUT_MAX_S:
+        raise ConfigError(PNR_TIMEOUT_ENV, "must be a whole number of seconds in "
+                          f"1..{PNR_TIMEOUT_MAX_S}", value=value)
     return seconds
 
 
