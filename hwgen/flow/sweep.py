@@ -139,15 +139,15 @@ def _stimulus_options(acc, options, where):
     return options
 
 
-def _job_count(grid_sizes, extra, runs, where, total, max_jobs):
-    """Jobs an entry adds (``prod(grid_sizes) + extra`` configurations x ``runs`` each),
-    refused when ``total`` plus them exceeds ``max_jobs``; computed without building them."""
+def _check_job_count(grid_sizes, extra, runs, where, total, max_jobs):
+    """Refuse an entry whose jobs (``prod(grid_sizes) + extra`` configurations x ``runs``
+    each) would bring the spec's ``total`` past ``max_jobs``; counted without building
+    them."""
     configs = (math.prod(grid_sizes) if grid_sizes else 0) + extra
-    count = configs * runs
-    if total + count > max_jobs:
-        raise ConfigError(f"{where}.grid", f"expands to {total + count:,} jobs in all, more "
-                          f"than --max-jobs {max_jobs:,}: fewer values, or a larger --max-jobs")
-    return count
+    if total + configs * runs > max_jobs:
+        raise ConfigError(f"{where}.grid", f"expands to {total + configs * runs:,} jobs in "
+                          f"all, more than --max-jobs {max_jobs:,}: fewer values, or a larger "
+                          "--max-jobs")
 
 
 def load_spec(path, max_jobs=MAX_JOBS):
@@ -184,7 +184,7 @@ def load_spec(path, max_jobs=MAX_JOBS):
         stalls = [checks.probability(f"{where}.stall", s) for s in _list(entry, "stall", where,
                                                                           [0.0])]
         runs = len(seeds) * len(stalls) + bool(entry.get("synth")) + bool(entry.get("timing"))
-        _job_count([len(v) for v in values], len(extra), runs, where, len(jobs), max_jobs)
+        _check_job_count([len(v) for v in values], len(extra), runs, where, len(jobs), max_jobs)
         configs = [dict(zip(names, combo)) for combo in itertools.product(*values)] \
             if names else []
         configs += extra
