@@ -268,12 +268,8 @@ class Index:
                               "disagree on the "
                              "number of documents; rebuild it")
         self.tokens_path = folder / "tokens.bin"
-        try:
-            st = os.stat(self.tokens_path)
-        except OSError as e:
-            raise ConfigError("index", f"{self.tokens_path}: {e.strerror}; rebuild the index",
-                              value=str(folder)) from None
-        if not stat.S_ISREG(st.st_mode) or st.st_size != self.meta["file_bytes"]:
+        st = _index_file(folder, self.tokens_path.name, os.stat)
+        if st.st_size != self.meta["file_bytes"]:
             raise ConfigError("index", f"{self.tokens_path}: {st.st_size:,} bytes where "
                               f"meta.json says {self.meta['file_bytes']:,}; rebuild the index",
                               value=str(folder))
