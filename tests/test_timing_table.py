@@ -243,18 +243,21 @@ def _gmi_header_sha(tmp_path):
     ({"flow": "another flow"}, False),              # other tools, passes or reference
     ({"flow": None}, False),                         # measured before fingerprints
     ({"seeds": [1, 2], "fmax_mhz_per_seed": [300.0, 310.5], "fmax_mhz": 305.25}, False),
-    ({"failed_seeds": {"3": "timed out after 1200 s"}}, False),
+    ({"failed_seeds": {"3": "timed out after 1200 s"}}, True),     # would stop there again
+    ({"failed_seeds": {"3": "timed out after 600 s"}}, False),      # this run allows longer
+    ({"failed_seeds": {"3": "timed out after 1200 s", "1": "nextpnr failed (exit 1)"}}, False),
     ({"verilog_sha256": "1" * 64}, False),           # the gateware changed since
     ({"error": "does not fit"}, False),
 ])
 def test_a_row_is_kept_only_when_nothing_that_decides_it_changed(tmp_path, change, kept):
     """``make timing`` keeps a row of the table of record, instead of placing it again, only
-    when its Verilog, seeds and flow fingerprint are this run's and every seed finished."""
+    when its Verilog, seeds and flow fingerprint are this run's and no seed could end
+    otherwise: every seed finished, or timed out under a limit at least this run's (1,200 s)."""
     from hwgen.flow.timing_bench import kept_rows
     row = _row(verilog_sha256=_gmi_header_sha(tmp_path), flow="f" * 16)
     row.update(change)
     table = {"rows": {"gmi-header": row}}
-    got = kept_rows([("gmi-header", ())], 3, table, flow="f" * 16)
+    got = kept_rows([("gmi-header", ())], 3, table, flow="f" * 16, timeout_s=1200)
     assert (got == {"gmi-header": row}) == kept
 
 

@@ -51,7 +51,8 @@ def bench():
 @click.option("--pnr-timeout", type=int, metavar="SECONDS",
               help="Stop a nextpnr seed after this many seconds [default: 1200; "
               "$HWGEN_PNR_TIMEOUT_S]. A seed stopped is reported as failed; the limit never "
-              "changes a finished seed's figures.")
+              "changes a finished seed's figures. A row whose seed timed out is placed again "
+              "only under a longer limit than it had.")
 @reports_errors
 def bench_timing(seeds, names, workers, scheduler, results_path, readme_path, out_dir,
                  json_path, place_large, remeasure, pnr_timeout):

@@ -11,7 +11,8 @@ places the block with seeds 1..N (two at a time) and the reference design in the
 A row of the table of record is kept, not placed again, when its Verilog (SHA-256), seeds and
 flow (:func:`hwgen.flow.timing.flow_fingerprint`: netlist passes, nextpnr arguments, tool
 versions, the reference's Verilog) are this run's and every seed finished: nextpnr is
-deterministic, so placing it again would give the same figures. ``remeasure`` (``hwgen bench
+deterministic, so placing it again would give the same figures. A seed that timed out is
+placed again only under a longer ``--pnr-timeout`` than it had. ``remeasure`` (``hwgen bench
 timing --remeasure``) places every row regardless.
 
 The measured rows are merged into ``hwgen/flow/timing_results.json``
@@ -24,6 +25,7 @@ gateware), printed for comparison.
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from .. import registry
 from . import timing_table
 from .emit import emit_accelerator
 from .sweep import run_sweep
-from .timing import GOAL_RATIO, flow_fingerprint
+from .timing import GOAL_RATIO, flow_fingerprint, pnr_timeout_s
 
 __all__ = ["bench_timing", "BENCH_CONFIGS", "BASELINE", "NOTES", "SUM_OF_PARTS", "parts_of",
            "row_key", "selected_configs", "kept_rows"]
@@ -147,16 +149,34 @@ def _parts_row(name, seeds, table):
         + ", ".join(said))
 
 
-def kept_rows(configs, seeds, table, flow=None):
+_TIMED_OUT = re.compile(r"timed out after (\d+) s")
+
+
+def _seeds_final(row, timeout_s):
+    """Whether ``row``'s failed seeds would fail again: each one timed out with a limit of at
+    least ``timeout_s`` (nextpnr is deterministic, so the same netlist and seed stop at the
+    same point; a longer limit may let it finish). Any other failure is placed again."""
+    for error in (row.get("failed_seeds") or {}).values():
+        hit = _TIMED_OUT.fullmatch(str(error))
+        if not hit or int(hit.group(1)) < timeout_s:
+            return False
+    return True
+
+
+def kept_rows(configs, seeds, table, flow=None, timeout_s=None):
     """The rows of ``table`` that need no new place and route, by row name: measured (no
-    error, no failed seed) with seeds 1..``seeds``, the flow fingerprint ``flow`` (default:
-    this machine's, :func:`~hwgen.flow.timing.flow_fingerprint`) and the Verilog that their
-    configuration emits now."""
+    error) with seeds 1..``seeds``, the flow fingerprint ``flow`` (default: this machine's,
+    :func:`~hwgen.flow.timing.flow_fingerprint`) and the Verilog that their configuration
+    emits now, and no seed that this run could finish where the recorded one did not: a seed
+    that timed out is placed again only when the limit ``timeout_s`` (default:
+    :func:`~hwgen.flow.timing.pnr_timeout_s`, ``--pnr-timeout``) is longer than the one it
+    ran under."""
     want = list(range(1, seeds + 1))
+    timeout_s = timeout_s or pnr_timeout_s()
     candidates = [(key, name, sets, row) for name, sets in configs
                   if (row := table["rows"].get(key := row_key(name, sets)))
                   and "error" not in row and row.get("flow") and row.get("seeds") == want
-                  and not row.get("failed_seeds")]
+                  and _seeds_final(row, timeout_s)]
     if not candidates:
         return {}
     flow = flow or flow_fingerprint()
