@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["MAX_JSON_BYTES", "probability", "positive", "at_least", "in_range", "read_text",
+__all__ = ["MAX_JSON_BYTES", "probability", "positive", "at_least", "in_range", "stat_input",
+           "read_text",
            "read_json",
            "output_dir", "output_file", "SEED_MAX"]
 
@@ -65,6 +66,20 @@ def in_range(name, value, lo, hi):
     return value
 
 
+def stat_input(path, name, folders=False):
+    """``os.stat`` of the input ``path`` (from the option ``name``), refusing anything but a
+    regular file, or a folder when ``folders``: a FIFO would block a reader and a device
+    (``/dev/zero``) be read forever."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(name, f"cannot read: {e.strerror}", value=str(path)) from None
+    if not (stat.S_ISREG(st.st_mode) or folders and stat.S_ISDIR(st.st_mode)):
+        raise ConfigError(name, "is not a regular file" + (" or folder" if folders else ""),
+                          value=str(path))
+    return st
+
+
 def read_text(path, name, limit=MAX_JSON_BYTES):
     """The UTF-8 text of the regular file ``path``; ``name`` is the option it came from.
 
@@ -72,12 +87,7 @@ def read_text(path, name, limit=MAX_JSON_BYTES):
     ``limit`` bytes and text that is not UTF-8.
     """
     p = Path(path)
-    try:
-        st = os.stat(p)
-    except OSError as e:
-        raise ConfigError(name, f"cannot read: {e.strerror}", value=str(path)) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(name, "is not a regular file", value=str(path))
+    st = stat_input(p, name)
     if st.st_size > limit:
         raise ConfigError(name, f"is {st.st_size:,} bytes; inputs are limited to {limit:,}",
                           value=str(path))

@@ -10,6 +10,7 @@ from .. import checks, registry
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
 from ..errors import ConfigError, SimulationMismatch
+from ..flow.sweep import MAX_JOBS, MAX_JOBS_LIMIT
 from .common import board as _board
 from .common import config as _config
 from .common import seed as _seed
@@ -335,16 +336,16 @@ def timing_lines(r):
               help="Retries of a job that raises (a dead worker's jobs are rescheduled too).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for sweep.json, sweep.csv and sweep.png.")
-@click.option("--max-jobs", type=int, default=10_000, show_default=True,
+@click.option("--max-jobs", type=int, default=MAX_JOBS, show_default=True,
               help="Refuse a spec that expands to more jobs than this (counted from the "
-              "grid's sizes before any job is built; at most 10,000,000).")
+              f"grid's sizes before any job is built; at most {MAX_JOBS_LIMIT:,}).")
 @reports_errors
 def sweep(spec, scheduler, workers, retries, out_dir, max_jobs):
     """Run a sweep SPEC (JSON or YAML: accelerator, grid/configs, seeds, stall, items) on Dask
     distributed: every job a simulation checked against the golden model."""
     from ..flow.sweep import check_scheduler, run_sweep
     checks.at_least("retries", retries, 0, 10)
-    checks.at_least("max-jobs", max_jobs, 1, 10_000_000)
+    checks.at_least("max-jobs", max_jobs, 1, MAX_JOBS_LIMIT)
     if scheduler:
         check_scheduler(scheduler)
     rows = run_sweep(spec, out_dir, scheduler=scheduler, workers=workers, retries=retries,

@@ -48,7 +48,7 @@ from pathlib import Path
 from .. import checks, registry
 from ..errors import ConfigError, ToolError
 
-__all__ = ["Job", "load_spec", "run_sweep", "check_scheduler"]
+__all__ = ["Job", "load_spec", "run_sweep", "check_scheduler", "MAX_JOBS", "MAX_JOBS_LIMIT"]
 
 _KEYS = ("accelerator", "grid", "configs", "seeds", "stall", "items", "engine", "options",
          "synth", "timing", "fault", "comment")
@@ -57,6 +57,8 @@ TIMING_SEEDS = 3
 #: Most jobs a spec may expand to by default (``hwgen sweep --max-jobs`` raises it); checked
 #: from the grid's sizes before any job list is built.
 MAX_JOBS = 10_000
+#: Largest ``--max-jobs`` accepted.
+MAX_JOBS_LIMIT = 10_000_000
 #: Most items per simulation job.
 MAX_ITEMS = 10_000_000
 

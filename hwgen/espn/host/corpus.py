@@ -185,14 +185,7 @@ def _checked_file(path):
     if any(real == p or real.startswith(p + "/") for p in _PSEUDO):
         raise ConfigError("corpus", f"{real} is in a pseudo file system, not a text file",
                           value=str(path))
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ConfigError("corpus", f"cannot read: {e.strerror}", value=str(path)) from None
-    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-        raise ConfigError("corpus", "is not a regular file (a FIFO, socket or device?)",
-                          value=str(path))
-    return Path(path), st
+    return Path(path), checks.stat_input(path, "corpus", folders=True)
 
 
 def _path_files(part):
