@@ -58,6 +58,7 @@ PROBES = [
     (["serve", "stress", "--concurrency", "4", "--burst", "0"], "burst"),
     (["serve", "stress", "--concurrency", "4", "--rounds", "1000000"], "rounds"),
     (["serve", "stress", "--slo", "inf"], "slo"),
+    (["serve", "stress", "--burst-only"], "burst-only"),
     (["serve", "calibrate", "--devices", "cpu:1", "--slo", "inf"], "slo"),
     (["serve", "calibrate", "--devices", "cpu:1", "--slo", "nan"], "slo"),
 ]
@@ -461,6 +462,28 @@ def test_200_clients_at_10x_capacity_health_answers_and_every_request_is_counted
           f"200: {statuses.count(200)}, 429: {statuses.count(429)}")
     assert len(times) >= 20 and all(code == 200 for _, code in health)
     assert p99 < 1.0
+
+
+def test_stress_burst_times_health_and_matches_the_metrics(tmp_path):
+    """``windve stress --burst N --burst-only`` against the stand-in service (queue 20, 10 ms
+    batches) at 5x capacity per burst: every answer 200 or 429, the service's /metrics counted exactly
+    the answers sent, and /health was probed during the bursts and answered 200."""
+    proc, _, url = _start_fake()
+    try:
+        code, err = cli("serve", "stress", "--url", url, "--burst", 100, "--burst-only",
+                        "--json", tmp_path / "s.json")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    loop = json.loads((tmp_path / "s.json").read_text())["open_loop"]
+    assert code == 0, (err, loop)
+    assert loop["sent"] == 1000 and set(loop["statuses"]) <= {"200", "429"}
+    assert "429" in loop["statuses"]                        # it really was overloaded
+    assert loop["counted"] == {k: v for k, v in loop["statuses"].items()}
+    assert loop["counted_all"] is True
+    health = loop["health"]
+    assert health["probes"] >= 5 and set(health["statuses"]) == {"200"}
+    assert health["p50_ms"] <= health["p99_ms"] <= health["max_ms"]
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ MAX_CONCURRENCY = 2_000
 MAX_ROUNDS = 100
 
 
+def _ms(value):
+    return "-" if value is None else f"{value:.1f} ms"
+
+
 def parse_depths(text):
     """``main=16,cpu=4`` (``npu``/``gpu``/``accelerator`` name the main queue) -> dict."""
     depths = dict(DEFAULT_DEPTHS)
@@ -177,12 +181,14 @@ def _levels(text):
 @click.option("--rounds", type=int, default=2, show_default=True,
               help="Closed-loop rounds per level, 1..100.")
 @click.option("--burst", type=int, help="Also send open-loop bursts of this many requests, "
-              "1..2000 (10 bursts, 0.2 s apart) and count the answers.")
+              "1..2000 (10 bursts, 0.2 s apart), count the answers, compare them with the "
+              "service's /metrics and time GET /health every 50 ms meanwhile.")
+@click.option("--burst-only", is_flag=True, help="With --burst: skip the closed loops.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="PNG of latency against concurrency, main-only and heterogeneous.")
 @reports_errors
-def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
+def serve_stress(url, slo, levels, rounds, burst, burst_only, json_path, plot_path):
     """Closed-loop stress test of a running service: main-only vs heterogeneous."""
     from ..windve import stress
     _check_inputs([slo], json_path, plot_path)
@@ -190,14 +196,33 @@ def serve_stress(url, slo, levels, rounds, burst, json_path, plot_path):
     levels = _levels(levels)
     if burst is not None:
         checks.at_least("burst", burst, 1, MAX_CONCURRENCY)
+    elif burst_only:
+        raise ConfigError("burst-only", "needs --burst N")
     stress.check_reachable(url)
     texts = stress.default_texts()
-    report = asyncio.run(stress.run_stress(url, slo, levels, texts, rounds=rounds,
-                                           progress=_log))
+    if burst_only:
+        report = {"sent": 0, "ok": 0, "rejected": 0, "errors": 0}
+    else:
+        report = asyncio.run(stress.run_stress(url, slo, levels, texts, rounds=rounds,
+                                               progress=_log))
     if burst:
-        report["open_loop"] = asyncio.run(stress.open_loop(url, 10, burst, 0.2, texts))
+        loop = asyncio.run(stress.open_loop(url, 10, burst, 0.2, texts, probe_health=True))
+        report["open_loop"] = loop
         for key in ("sent", "ok", "rejected", "errors"):
-            report[key] += report["open_loop"][key]
+            report[key] += loop[key]
+        health = loop["health"]
+        click.echo(f"open loop: 10 bursts of {burst}: sent {loop['sent']}, statuses "
+                   f"{loop['statuses']}; /metrics counted {loop['counted']}"
+                   f"{'' if loop['counted_all'] else ' (NOT all of them)'}; /health "
+                   f"{health['statuses']} over {health['probes']} probes, p50 "
+                   f"{_ms(health['p50_ms'])}, p99 {_ms(health['p99_ms'])}")
+    if burst_only:
+        if json_path:        # written before the verdict, so a failed run can be inspected
+            Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
+        if not report["open_loop"]["counted_all"]:
+            click.echo("hwgen: error: /metrics did not count every answer", err=True)
+            sys.exit(1)
+        return
     best = report["max_concurrency"]
     gain = report["improvement_percent"]
     click.echo(f"SLO {slo:g} s: maximum concurrency main-only {best['main_only']}, "

@@ -18,6 +18,11 @@ queue, never the CPU overflow queue. One service thus measures both the paper's 
 (main-only) and WindVE (heterogeneous, no header); :func:`run_stress` runs both and reports
 the concurrency improvement, :func:`plot_stress` draws it.
 
+Health under load: ``open_loop(..., probe_health=True)`` also asks ``GET {url}/health`` every
+50 ms from a thread with its own connection while the bursts are answered (its latency is the
+service's, not this event loop's), and reads ``/metrics`` before and after, so a user sees
+whether the service stays responsive and counts every answer at overload.
+
 Accounting guarantee: every request sent is counted exactly once, as ``ok`` (200 with an
 embedding), ``rejected`` (429) or ``errors`` (any other status, a 200 whose body is not one
 embedding, a transport failure or a timeout), so ``ok + rejected + errors == sent`` in every
@@ -28,6 +33,7 @@ are over the 200 answers only.
 import asyncio
 import math
 import random
+import threading
 import time
 from collections import Counter
 
@@ -37,8 +43,8 @@ from .. import checks
 from ..errors import ConfigError
 from ..plots import new_axes, save_axes
 
-__all__ = ["ROUTE_HEADER", "check_reachable", "closed_loop", "open_loop", "max_concurrency", "run_stress",
-           "plot_stress", "default_texts"]
+__all__ = ["ROUTE_HEADER", "check_reachable", "closed_loop", "open_loop", "max_concurrency",
+           "run_stress", "plot_stress", "default_texts", "counted_answers"]
 
 #: The request header that restricts a request to one queue (``main``: the accelerator).
 ROUTE_HEADER = "X-WindVE-Route"
@@ -177,7 +183,59 @@ async def closed_loop(url, concurrency, texts, *, route=None, rounds=1, timeout=
         return await _closed_loop(client, endpoint, concurrency, texts, route, rounds)
 
 
-async def open_loop(url, bursts, burst_size, interval, texts, *, route=None, timeout=30.0):
+#: Seconds between two /health probes of ``open_loop(probe_health=True)``.
+HEALTH_INTERVAL = 0.05
+#: The service's counter of HTTP answers (labels ``status``, ``path``).
+ANSWERS_METRIC = "windve_http_responses_total"
+
+
+def counted_answers(url, path="/v1/embeddings", timeout=5.0):
+    """Answers to ``path`` the service at ``url`` has counted in ``/metrics``
+    (:data:`ANSWERS_METRIC`, summed over statuses), by status: ``{"200": n, "429": m, ...}``.
+    Raises ConfigError naming ``url`` when ``/metrics`` cannot be read."""
+    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        text = httpx.get(url.rstrip("/") + "/metrics", timeout=timeout).text
+    except httpx.HTTPError as e:
+        raise ConfigError("url", f"cannot read /metrics: {e}", value=url) from None
+    counts = Counter()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (sample.name == ANSWERS_METRIC and sample.labels.get("path") == path):
+                counts[sample.labels.get("status", "?")] += int(sample.value)
+    return dict(sorted(counts.items()))
+
+
+def _probe_health(url, stop, records, timeout):
+    """``GET {url}/health`` every :data:`HEALTH_INTERVAL` s until ``stop`` is set, appending
+    ``(status, seconds)`` (``"error"`` for a transport failure) to ``records``."""
+    with httpx.Client(timeout=timeout) as client:
+        while not stop.is_set():
+            start = time.perf_counter()
+            try:
+                status = client.get(url.rstrip("/") + "/health").status_code
+            except httpx.HTTPError:
+                status = "error"
+            records.append((status, time.perf_counter() - start))
+            stop.wait(HEALTH_INTERVAL)
+
+
+def _health_summary(records):
+    """Counts and nearest-rank latency percentiles (ms) of the /health probes."""
+    times = sorted(t * 1000 for _, t in records)
+    return {"probes": len(records),
+            "statuses": dict(sorted(Counter(str(s) for s, _ in records).items())),
+            "p50_ms": _nearest_rank(times, 50), "p99_ms": _nearest_rank(times, 99),
+            "max_ms": times[-1] if times else None}
+
+
+def _counted_delta(before, after):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(before) | set(after))
+            if after.get(k, 0) != before.get(k, 0)}
+
+
+async def open_loop(url, bursts, burst_size, interval, texts, *, route=None, timeout=30.0,
+                    probe_health=False):
     """Open loop: ``bursts`` bursts of ``burst_size`` single-text requests, one burst every
     ``interval`` seconds, without waiting for answers; then wait for all answers.
 
@@ -189,10 +247,41 @@ async def open_loop(url, bursts, burst_size, interval, texts, *, route=None, tim
     (wall time) and ``lateness`` (seconds the latest burst left after its scheduled time: a
     large value means the load generator, not the service, was the bottleneck).
 
+    With ``probe_health``, also ``health`` (the /health probes during the loop: ``probes``,
+    ``statuses``, ``p50_ms``, ``p99_ms``, ``max_ms``) and ``counted`` (the answers to
+    ``/v1/embeddings`` that ``/metrics`` counted meanwhile, by status; waits up to 2 s for the
+    service to count the last ones) with ``counted_all`` (whether they add up to the HTTP
+    answers received: ``sent`` less transport failures and client-side timeouts).
+
     Raises ConfigError naming the parameter as :func:`closed_loop` does, and for ``bursts``/
     ``burst_size`` not integers >= 1 or ``interval`` not a number >= 0.
     """
     endpoint = _check_common(url, texts, route, timeout)
+    if probe_health:
+        before = counted_answers(url)
+        stop, probes = threading.Event(), []
+        prober = threading.Thread(target=_probe_health, args=(url, stop, probes, timeout),
+                                  daemon=True)
+        prober.start()
+        try:
+            result = await open_loop(url, bursts, burst_size, interval, texts, route=route,
+                                     timeout=timeout)
+        finally:
+            stop.set()
+            prober.join(timeout + 1)
+        result["health"] = _health_summary(probes)
+        # every HTTP answer received must have been counted (a transport failure or a
+        # client-side timeout has no answer to count)
+        answered = sum(n for status, n in result["statuses"].items()
+                       if status.isdigit() or status == "invalid")
+        for _ in range(20):
+            counted = _counted_delta(before, counted_answers(url))
+            if sum(counted.values()) >= answered:
+                break
+            await asyncio.sleep(0.1)
+        result["counted"] = counted
+        result["counted_all"] = sum(counted.values()) == answered
+        return result
     checks.at_least("bursts", bursts, 1)
     checks.at_least("burst_size", burst_size, 1)
     checks.in_range("interval", interval, 0, math.inf)
