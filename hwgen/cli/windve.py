@@ -182,7 +182,7 @@ def _levels(text):
               help="Closed-loop rounds per level, 1..100.")
 @click.option("--burst", type=int, help="Also send open-loop bursts of this many requests, "
               "1..2000 (10 bursts, 0.2 s apart), count the answers, compare them with the "
-              "service's /metrics and time GET /health every 50 ms meanwhile.")
+              "service's /metrics and time GET /health every 50 ms meanwhile (from a process of its own).")
 @click.option("--burst-only", is_flag=True, help="With --burst: skip the closed loops.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),

@@ -19,8 +19,8 @@ queue, never the CPU overflow queue. One service thus measures both the paper's 
 the concurrency improvement, :func:`plot_stress` draws it.
 
 Health under load: ``open_loop(..., probe_health=True)`` also asks ``GET {url}/health`` every
-50 ms from a thread with its own connection while the bursts are answered (its latency is the
-service's, not this event loop's), and reads ``/metrics`` before and after, so a user sees
+50 ms from a process of its own while the bursts are answered (its latency is the service's,
+not this load generator's), and reads ``/metrics`` before and after, so a user sees
 whether the service stays responsive and counts every answer at overload.
 
 Accounting guarantee: every request sent is counted exactly once, as ``ok`` (200 with an
@@ -32,8 +32,8 @@ are over the 200 answers only.
 
 import asyncio
 import math
+import multiprocessing
 import random
-import threading
 import time
 from collections import Counter
 
@@ -91,8 +91,13 @@ def check_reachable(url, timeout=5.0):
 
 def _client(timeout, connections):
     """An AsyncClient whose pool holds ``connections`` connections (so no request waits for a
-    free connection inside the load generator)."""
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    free connection inside the load generator), each used for one request: no connection is
+    kept alive, as if every request came from a client of its own. Kept-alive connections
+    went stale under overload: httpcore opened a connection for a request that it then sent
+    on another one, left the new one idle in the pool without an expiry, and sent a later
+    request on it after the service had closed it (an idle connection's head deadline,
+    10 s), which failed as a ReadError that the service never saw (2 in 12,000 requests)."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=0)
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits)
 
 
@@ -206,9 +211,12 @@ def counted_answers(url, path="/v1/embeddings", timeout=5.0):
     return dict(sorted(counts.items()))
 
 
-def _probe_health(url, stop, records, timeout):
-    """``GET {url}/health`` every :data:`HEALTH_INTERVAL` s until ``stop`` is set, appending
-    ``(status, seconds)`` (``"error"`` for a transport failure) to ``records``."""
+def _probe_health(url, stop, conn, timeout):
+    """Child process: ``GET {url}/health`` every :data:`HEALTH_INTERVAL` s until ``stop`` is
+    set, then send the ``(status, seconds)`` records (``"error"`` for a transport failure)
+    over ``conn``. A process of its own, so that the load generator's work (thousands of
+    connections in this interpreter) does not delay the probe."""
+    records = []
     with httpx.Client(timeout=timeout) as client:
         while not stop.is_set():
             start = time.perf_counter()
@@ -218,6 +226,8 @@ def _probe_health(url, stop, records, timeout):
                 status = "error"
             records.append((status, time.perf_counter() - start))
             stop.wait(HEALTH_INTERVAL)
+    conn.send(records)
+    conn.close()
 
 
 def _health_summary(records):
@@ -259,16 +269,24 @@ async def open_loop(url, bursts, burst_size, interval, texts, *, route=None, tim
     endpoint = _check_common(url, texts, route, timeout)
     if probe_health:
         before = counted_answers(url)
-        stop, probes = threading.Event(), []
-        prober = threading.Thread(target=_probe_health, args=(url, stop, probes, timeout),
-                                  daemon=True)
+        ctx = multiprocessing.get_context("spawn")
+        stop, (mine, theirs) = ctx.Event(), ctx.Pipe(duplex=False)
+        prober = ctx.Process(target=_probe_health, args=(url, stop, theirs, timeout),
+                             name="windve-health-probe", daemon=True)
         prober.start()
+        theirs.close()
         try:
             result = await open_loop(url, bursts, burst_size, interval, texts, route=route,
                                      timeout=timeout)
         finally:
             stop.set()
-            prober.join(timeout + 1)
+            try:            # a probe that died (or never started) leaves no records
+                probes = mine.recv() if mine.poll(timeout + 5) else []
+            except EOFError:
+                probes = []
+            prober.join(5)
+            if prober.is_alive():
+                prober.kill()
         result["health"] = _health_summary(probes)
         # every HTTP answer received must have been counted (a transport failure or a
         # client-side timeout has no answer to count)

@@ -1,7 +1,8 @@
 """WindVE instances: one child process per instance, each with its own model copy.
 
 An :class:`InstanceWorker` spawns a process (``multiprocessing`` "spawn" context) that pins
-itself to the instance's cores (``os.sched_setaffinity``), sets its PyTorch thread count, loads
+itself to the instance's cores (``os.sched_setaffinity``), lowers its priority below the
+service's front end (:data:`WORKER_NICE`), sets its PyTorch thread count, loads
 :class:`~hwgen.windve.model.MiniLM` on the instance's device and then embeds the text
 lists it receives over a pipe. An :class:`InstanceRunner` thread in the service process takes
 batches from the instance's :class:`~hwgen.windve.queues.DeviceQueue`, sends them to the
@@ -23,6 +24,10 @@ __all__ = ["InstanceFailed", "InstanceRunner", "InstanceWorker", "WorkerDied", "
 
 #: Seconds a worker may take to load its model.
 START_TIMEOUT = 300.0
+#: Niceness a worker adds to its own (``os.nice``): where instances share cores with the
+#: service process, its HTTP front end (admission, 429s, ``/health``) runs first and stays
+#: responsive under overload; on cores of their own the workers lose nothing.
+WORKER_NICE = 5
 
 
 class WorkerDied(RuntimeError):
@@ -38,6 +43,7 @@ def _worker_main(conn, threads, cores, device, truncate):
     try:
         if cores:
             os.sched_setaffinity(0, cores)
+        os.nice(WORKER_NICE)
         start = time.monotonic()
         from ..models.minilm import MiniLM
         model = MiniLM(threads=threads, device=device)      # sets the torch thread count
