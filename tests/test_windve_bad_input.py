@@ -58,7 +58,9 @@ PROBES = [
     (["serve", "stress", "--concurrency", "4", "--burst", "0"], "burst"),
     (["serve", "stress", "--concurrency", "4", "--rounds", "1000000"], "rounds"),
     (["serve", "stress", "--slo", "inf"], "slo"),
-    (["serve", "stress", "--burst-only"], "burst-only"),
+    (["serve", "stress", "--overload-only"], "overload-only"),
+    (["serve", "stress", "--clients", "0"], "clients"),
+    (["serve", "stress", "--clients", "5", "--per-client", "1000"], "per-client"),
     (["serve", "calibrate", "--devices", "cpu:1", "--slo", "inf"], "slo"),
     (["serve", "calibrate", "--devices", "cpu:1", "--slo", "nan"], "slo"),
 ]
@@ -464,26 +466,29 @@ def test_200_clients_at_10x_capacity_health_answers_and_every_request_is_counted
     assert p99 < 1.0
 
 
-def test_stress_burst_times_health_and_matches_the_metrics(tmp_path):
-    """``windve stress --burst N --burst-only`` against the stand-in service (queue 20, 10 ms
-    batches) at 5x capacity per burst: every answer 200 or 429, the service's /metrics counted exactly
-    the answers sent, and /health was probed during the bursts and answered 200."""
+def test_stress_overload_times_health_and_matches_the_metrics(tmp_path):
+    """``windve stress --burst N --clients C --overload-only`` against the stand-in service
+    (queue 20, 10 ms batches): 10 bursts of 100 requests (5x capacity each) and 200 clients
+    of 3 requests (10x): every answer 200 or 429, the service's /metrics counted exactly the
+    answers sent, and /health was probed during both and answered 200."""
     proc, _, url = _start_fake()
     try:
-        code, err = cli("serve", "stress", "--url", url, "--burst", 100, "--burst-only",
-                        "--json", tmp_path / "s.json")
+        code, err = cli("serve", "stress", "--url", url, "--burst", 100, "--clients", 200,
+                        "--overload-only", "--json", tmp_path / "s.json")
     finally:
         proc.terminate()
         proc.wait(20)
-    loop = json.loads((tmp_path / "s.json").read_text())["open_loop"]
-    assert code == 0, (err, loop)
-    assert loop["sent"] == 1000 and set(loop["statuses"]) <= {"200", "429"}
-    assert "429" in loop["statuses"]                        # it really was overloaded
-    assert loop["counted"] == {k: v for k, v in loop["statuses"].items()}
-    assert loop["counted_all"] is True
-    health = loop["health"]
-    assert health["probes"] >= 5 and set(health["statuses"]) == {"200"}
-    assert health["p50_ms"] <= health["p99_ms"] <= health["max_ms"]
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert code == 0, (err, report)
+    for key, sent in (("open_loop", 1000), ("clients", 600)):
+        loop = report[key]
+        assert loop["sent"] == sent and set(loop["statuses"]) <= {"200", "429"}, loop
+        assert "429" in loop["statuses"]                    # it really was overloaded
+        assert loop["counted"] == loop["statuses"] and loop["counted_all"] is True
+        health = loop["health"]
+        assert health["probes"] >= 3 and set(health["statuses"]) == {"200"}
+        assert health["p50_ms"] <= health["p99_ms"] <= health["max_ms"]
+    assert report["sent"] == 1600
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ from .. import checks
 from ..errors import ConfigError
 from ..plots import new_axes, save_axes
 
-__all__ = ["ROUTE_HEADER", "check_reachable", "closed_loop", "open_loop", "max_concurrency",
+__all__ = ["ROUTE_HEADER", "check_reachable", "closed_loop", "clients_loop", "open_loop",
+           "max_concurrency",
            "run_stress", "plot_stress", "default_texts", "counted_answers"]
 
 #: The request header that restricts a request to one queue (``main``: the accelerator).
@@ -89,15 +90,17 @@ def check_reachable(url, timeout=5.0):
                           f"WindVE service?", value=url)
 
 
-def _client(timeout, connections):
+def _client(timeout, connections, keep_alive=False):
     """An AsyncClient whose pool holds ``connections`` connections (so no request waits for a
-    free connection inside the load generator), each used for one request: no connection is
-    kept alive, as if every request came from a client of its own. Kept-alive connections
-    went stale under overload: httpcore opened a connection for a request that it then sent
-    on another one, left the new one idle in the pool without an expiry, and sent a later
-    request on it after the service had closed it (an idle connection's head deadline,
-    10 s), which failed as a ReadError that the service never saw (2 in 12,000 requests)."""
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=0)
+    free connection inside the load generator). Without ``keep_alive`` each connection serves
+    one request, as if every request came from a client of its own: the loops whose requests
+    outnumber their connections use that, since kept-alive connections went stale under
+    overload there (httpcore opened a connection for a request that it then sent on another
+    one, left the new one idle in the pool without an expiry, and sent a later request on it
+    after the service had closed it: a ReadError the service never saw, 2 in 12,000
+    requests). :func:`clients_loop`, one connection per client, keeps them alive."""
+    limits = httpx.Limits(max_connections=connections,
+                          max_keepalive_connections=connections if keep_alive else 0)
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits)
 
 
@@ -244,6 +247,71 @@ def _counted_delta(before, after):
             if after.get(k, 0) != before.get(k, 0)}
 
 
+async def _health_checked(url, timeout, loop):
+    """Await the load ``loop`` (a coroutine returning a result with ``statuses``) while a
+    child process probes ``/health`` (:func:`_probe_health`); add ``health``, ``counted`` and
+    ``counted_all`` to its result (see :func:`open_loop`)."""
+    before = counted_answers(url)
+    ctx = multiprocessing.get_context("spawn")
+    stop, (mine, theirs) = ctx.Event(), ctx.Pipe(duplex=False)
+    prober = ctx.Process(target=_probe_health, args=(url, stop, theirs, timeout),
+                         name="windve-health-probe", daemon=True)
+    prober.start()
+    theirs.close()
+    try:
+        result = await loop
+    finally:
+        stop.set()
+        try:            # a probe that died (or never started) leaves no records
+            probes = mine.recv() if mine.poll(timeout + 5) else []
+        except EOFError:
+            probes = []
+        prober.join(5)
+        if prober.is_alive():
+            prober.kill()
+    result["health"] = _health_summary(probes)
+    # every HTTP answer received must have been counted (a transport failure or a client-side
+    # timeout has no answer to count)
+    answered = sum(n for status, n in result["statuses"].items()
+                   if status.isdigit() or status == "invalid")
+    for _ in range(20):
+        counted = _counted_delta(before, counted_answers(url))
+        if sum(counted.values()) >= answered:
+            break
+        await asyncio.sleep(0.1)
+    result["counted"] = counted
+    result["counted_all"] = sum(counted.values()) == answered
+    return result
+
+
+async def clients_loop(url, clients, requests, texts, *, timeout=30.0, probe_health=False):
+    """``clients`` independent clients, each sending ``requests`` single-text requests one
+    after the other (the next when the previous is answered, 200 or 429 alike) on a kept-alive
+    connection, all at once: the concurrent users of the issue's overload check. Returns the counts and latency figures
+    of :func:`closed_loop` with ``clients``, ``requests`` (per client) and ``seconds``; with
+    ``probe_health`` also ``health``, ``counted`` and ``counted_all`` as :func:`open_loop`.
+    Raises ConfigError naming the parameter."""
+    endpoint = _check_common(url, texts, None, timeout)
+    checks.at_least("clients", clients, 1)
+    checks.at_least("requests", requests, 1)
+    if probe_health:
+        return await _health_checked(url, timeout, clients_loop(
+            url, clients, requests, texts, timeout=timeout))
+
+    async def client_of(k, client):
+        return [await _send(client, endpoint, texts[(k * requests + j) % len(texts)], {})
+                for j in range(requests)]
+
+    async with _client(timeout, clients, keep_alive=True) as client:
+        start = time.perf_counter()
+        per_client = await asyncio.gather(*(client_of(k, client) for k in range(clients)))
+        seconds = time.perf_counter() - start
+    result = {"clients": clients, "requests": requests}
+    result.update(_summary([r for records in per_client for r in records]))
+    result["seconds"] = seconds
+    return result
+
+
 async def open_loop(url, bursts, burst_size, interval, texts, *, route=None, timeout=30.0,
                     probe_health=False):
     """Open loop: ``bursts`` bursts of ``burst_size`` single-text requests, one burst every
@@ -268,38 +336,8 @@ async def open_loop(url, bursts, burst_size, interval, texts, *, route=None, tim
     """
     endpoint = _check_common(url, texts, route, timeout)
     if probe_health:
-        before = counted_answers(url)
-        ctx = multiprocessing.get_context("spawn")
-        stop, (mine, theirs) = ctx.Event(), ctx.Pipe(duplex=False)
-        prober = ctx.Process(target=_probe_health, args=(url, stop, theirs, timeout),
-                             name="windve-health-probe", daemon=True)
-        prober.start()
-        theirs.close()
-        try:
-            result = await open_loop(url, bursts, burst_size, interval, texts, route=route,
-                                     timeout=timeout)
-        finally:
-            stop.set()
-            try:            # a probe that died (or never started) leaves no records
-                probes = mine.recv() if mine.poll(timeout + 5) else []
-            except EOFError:
-                probes = []
-            prober.join(5)
-            if prober.is_alive():
-                prober.kill()
-        result["health"] = _health_summary(probes)
-        # every HTTP answer received must have been counted (a transport failure or a
-        # client-side timeout has no answer to count)
-        answered = sum(n for status, n in result["statuses"].items()
-                       if status.isdigit() or status == "invalid")
-        for _ in range(20):
-            counted = _counted_delta(before, counted_answers(url))
-            if sum(counted.values()) >= answered:
-                break
-            await asyncio.sleep(0.1)
-        result["counted"] = counted
-        result["counted_all"] = sum(counted.values()) == answered
-        return result
+        return await _health_checked(url, timeout, open_loop(
+            url, bursts, burst_size, interval, texts, route=route, timeout=timeout))
     checks.at_least("bursts", bursts, 1)
     checks.at_least("burst_size", burst_size, 1)
     checks.in_range("interval", interval, 0, math.inf)
