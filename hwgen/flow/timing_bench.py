@@ -45,11 +45,14 @@ EXTRA_CONFIGS = [
     ("pq-decoder", ("m=16", "lut_bits=16")),
     ("insert-pq", ("k=16",)),
     ("hier-pq", ("streams=4", "k=10")),
-    # The default node (four U250 DDR4 channels, 16 PQ units) needs 332 DP16KD of the 85F's
-    # 208: one and two channels' share fit, and the two sizes show whether the critical path
-    # grows with the channels (the replicated dimension).
-    ("chamvs-node", ("channels=1",)),
-    ("chamvs-node", ("channels=2",)),
+    # The default node (four U250 DDR4 channels of 512 bits, 16 PQ units) needs 332 DP16KD of
+    # the 85F's 208, and one U250 channel (95 DP16KD, 28K LUTs) did not finish placement in 40
+    # minutes. The same node on one and two U55C HBM channels (256 bits: two PQ units each)
+    # with the LUT builder at 4 sub-spaces per cycle fits and places (about 25 minutes a
+    # seed). The second size replicates the PQ units instead of the channels: m 32 gives one
+    # PQ unit per channel (a code fills the 32-byte word), m 16 two.
+    ("chamvs-node", ("board=u55c", "channels=1", "m=32", "lut_sub_par=4")),
+    ("chamvs-node", ("board=u55c", "channels=1", "lut_sub_par=4")),
     # The default Linear (8 tiles x 16 PEs: 128 of the 85F's 156 MULT18X18D) does not finish
     # routing within PNR_TIMEOUT_S; two and four tiles are the same pipeline.
     ("ibert-linear", ("tiles=2",)),
@@ -72,13 +75,29 @@ BENCH_CONFIGS = [(name, ()) for name in registry.names()] + EXTRA_CONFIGS
 SUM_OF_PARTS = ("chamvs-node", "ibert-linear", "ibert-softmax-matmul", "lut-builder")
 #: Notes printed under the README's table (kept in the table of record).
 NOTES = {
-    "chamvs-node": "the default node does not fit the LFE5U-85F; `chamvs-node channels=1` and "
-                   "`channels=2` (the same pipeline with one and two of its four channels) "
-                   "are to stand for it, but neither is measured yet: `channels=1` (95 DP16KD, "
-                   "64 MULT18X18D, 28,277 LUTs) was still in nextpnr's analytical placement "
-                   "after 40 minutes (iteration 5-6, 100-140 s each, two seeds on two cores) "
-                   "and was stopped. Its blocks are measured on their own: lut-builder, "
-                   "pq-decoder, hier-pq, insert-pq rows",
+    "chamvs-node": "the default node (four U250 channels: 332 DP16KD) does not fit the "
+                   "LFE5U-85F, and one U250 channel (95 DP16KD, 28K LUTs) did not finish "
+                   "placement in 40 minutes; the node on one U55C HBM channel (256-bit words) "
+                   "with the LUT builder at 4 sub-spaces per cycle stands for it, with two PQ "
+                   "units (m 16) and one (m 32). Both are far below the goal on the same path, "
+                   "which is not in a measured block but in the channel's AXI read master "
+                   "(hwgen/lib/axi.py): the burst splitter's length (distance to the 4 KiB "
+                   "page, then the smaller of it, the largest burst and the words left) feeds "
+                   "the reader's credit check (pending + beats <= depth), which decides "
+                   "`issue`, which updates `pending`: 11-12 LUT levels and 29 carry steps, "
+                   "20.5 ns, the same at both sizes. Registering the burst length (the "
+                   "splitter's output) and keeping the free credits as a register is the fix "
+                   "planned; unless the first burst's length is computed as the command is "
+                   "accepted, it delays each command's first read address by a cycle, and the "
+                   "node's cycle model changes with it",
+    "maxsim": "seeds 1 and 3 did not finish routing within the flow's 1,200 s (128 of the "
+              "85F's 156 MULT18X18D; two seeds share the 2-core machine): seed 1 still had "
+              "28,439 of 64,000 arcs to route after 450 s of routing, seed 3 thrashed on its "
+              "last 33 arcs; so the row is seed 2 alone, kept by make timing until a longer "
+              "--pnr-timeout is given. Each lane's term (its maximum, zero past the query's "
+              "length) is now a register ahead of the lane-sum adder, and which lanes hold "
+              "query tokens is compared once and carried as bits: the critical path left is a "
+              "product into the dot product's adder tree, 79% routing",
     "ibert-linear": "the default (8 tiles x 16 PEs, 128 of the 85F's 156 MULT18X18D) did not "
                     "finish routing within the flow's 1,200 s per seed; `ibert-linear tiles=2` "
                     "and `tiles=4` (the same Tile pipeline, 32 and 64 multipliers) stand for "
@@ -93,12 +112,6 @@ NOTES = {
     "ibert-softmax-matmul": "the default (4 PEs x 64 products: 256 multipliers) does not fit "
                             "the 85F's 156 MULT18X18D; `head_dim=32` with `pes=1` and "
                             "`pes=2` (32 and 64 multipliers, the same PE pipeline) stand for it",
-    "maxsim": "seeds 1 and 3 did not finish routing within the flow's 1,200 s (128 of the "
-              "85F's 156 MULT18X18D; two seeds share the 2-core machine), so the row is seed 2 "
-              "alone. Each lane's term (its maximum, zero past the query's length) is now a "
-              "register ahead of the lane-sum adder, and which lanes hold query tokens is "
-              "compared once and carried as bits: the critical path left is a product into "
-              "the dot product's adder tree, 79% routing",
     "lut-builder": "the default (16 sub-spaces of 8 dimensions in one cycle: 128 of the 85F's "
                    "156 MULT18X18D) placed at 60-120 s per HeAP iteration and was not routed; "
                    "`lut-builder dim=32 m=4` and `dim=64 m=8` (4 and 8 of the same lanes, one "
