@@ -18,10 +18,12 @@ queue, never the CPU overflow queue. One service thus measures both the paper's 
 (main-only) and WindVE (heterogeneous, no header); :func:`run_stress` runs both and reports
 the concurrency improvement, :func:`plot_stress` draws it.
 
-Health under load: ``open_loop(..., probe_health=True)`` also asks ``GET {url}/health`` every
-50 ms from a process of its own while the bursts are answered (its latency is the service's,
-not this load generator's), and reads ``/metrics`` before and after, so a user sees
-whether the service stays responsive and counts every answer at overload.
+Overload: :func:`clients_loop` runs many concurrent clients (each request after the last is
+answered, on a kept-alive connection). With ``probe_health=True`` it and :func:`open_loop` also
+ask ``GET {url}/health`` every 50 ms from a process of its own while the load is answered (its
+latency is the service's, not this load generator's), and read ``/metrics`` before and after,
+so a user sees whether the service stays responsive and counts every answer at overload
+(``hwgen windve stress --clients/--burst``).
 
 Accounting guarantee: every request sent is counted exactly once, as ``ok`` (200 with an
 embedding), ``rejected`` (429) or ``errors`` (any other status, a 200 whose body is not one
