@@ -92,12 +92,13 @@ NOTES = {
                    "node's cycle model changes with it",
     "maxsim": "seeds 1 and 3 did not finish routing within the flow's 1,200 s (128 of the "
               "85F's 156 MULT18X18D; two seeds share the 2-core machine): seed 1 still had "
-              "28,439 of 64,000 arcs to route after 450 s of routing, seed 3 thrashed on its "
-              "last 33 arcs; so the row is seed 2 alone, kept by make timing until a longer "
-              "--pnr-timeout is given. Each lane's term (its maximum, zero past the query's "
-              "length) is now a register ahead of the lane-sum adder, and which lanes hold "
-              "query tokens is compared once and carried as bits: the critical path left is a "
-              "product into the dot product's adder tree, 79% routing",
+              "28,439 of its 43,469 arcs to route after 452 s of routing, seed 3 took 406 s "
+              "for its last 1,000 router iterations and still had 33 left; so the row is "
+              "seed 2 alone, kept by make timing until a longer --pnr-timeout is given. "
+              "Each lane's term (its maximum, zero past the query's length) is now a "
+              "register ahead of the lane-sum adder, and which lanes hold query tokens is "
+              "compared once and carried as bits: the critical path left is a product into "
+              "the dot product's adder tree, 79% routing",
     "ibert-linear": "the default (8 tiles x 16 PEs, 128 of the 85F's 156 MULT18X18D) did not "
                     "finish routing within the flow's 1,200 s per seed; `ibert-linear tiles=2` "
                     "and `tiles=4` (the same Tile pipeline, 32 and 64 multipliers) stand for "
