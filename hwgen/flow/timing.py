@@ -42,7 +42,7 @@ from .tools import cache_dir, file_lock, work_dir, yosys_path
 
 __all__ = ["measure_timing", "cached_timing", "ecp5_tools", "flow_fingerprint", "GOAL_RATIO",
            "PART", "pnr_args", "parse_pnr_report", "pnr_timeout_s", "PNR_TIMEOUT_ENV",
-           "PNR_TIMEOUT_MAX_S"]
+           "PNR_TIMEOUT_MAX_S", "timed_out_error", "timed_out_limit"]
 
 #: The issue's goal: a block at least this fraction of the reference's Fmax.
 GOAL_RATIO = 0.9
@@ -106,6 +106,22 @@ def pnr_timeout_s():
         raise ConfigError(PNR_TIMEOUT_ENV, "must be a whole number of seconds in "
                           f"1..{PNR_TIMEOUT_MAX_S}", value=value)
     return seconds
+
+
+_TIMED_OUT = re.compile(r"timed out after (\d+) s")
+
+
+def timed_out_error(seconds):
+    """The ``failed_seeds`` text of a seed stopped after ``seconds`` (see
+    :func:`timed_out_limit`)."""
+    return f"timed out after {seconds} s"
+
+
+def timed_out_limit(error):
+    """The limit in seconds a ``failed_seeds`` text says its seed was stopped at, or None when
+    it failed otherwise."""
+    hit = _TIMED_OUT.fullmatch(str(error))
+    return int(hit.group(1)) if hit else None
 
 
 class PnrTimeout(ToolError):
@@ -240,7 +256,7 @@ def _pnr(tools, work, top, seeds, log=None):
                 if log:
                     log(str(e))
                 return {"seed": seed, "fmax_mhz": None, "critical_path": None,
-                        "utilization": {}, "error": f"timed out after {timeout} s"}
+                        "utilization": {}, "error": timed_out_error(timeout)}
         return {"seed": seed, **parse_pnr_report(json.loads((work / report).read_text()))}
 
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -25,7 +25,6 @@ gateware), printed for comparison.
 import hashlib
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from .. import registry
 from . import timing_table
 from .emit import emit_accelerator
 from .sweep import run_sweep
-from .timing import GOAL_RATIO, flow_fingerprint, pnr_timeout_s
+from .timing import GOAL_RATIO, flow_fingerprint, pnr_timeout_s, timed_out_limit
 
 __all__ = ["bench_timing", "BENCH_CONFIGS", "BASELINE", "NOTES", "SUM_OF_PARTS", "parts_of",
            "row_key", "selected_configs", "kept_rows"]
@@ -163,18 +162,12 @@ def _parts_row(name, seeds, table):
         + ", ".join(said))
 
 
-_TIMED_OUT = re.compile(r"timed out after (\d+) s")
-
-
 def _seeds_final(row, timeout_s):
     """Whether ``row``'s failed seeds would fail again: each one timed out with a limit of at
     least ``timeout_s`` (nextpnr is deterministic, so the same netlist and seed stop at the
     same point; a longer limit may let it finish). Any other failure is placed again."""
-    for error in (row.get("failed_seeds") or {}).values():
-        hit = _TIMED_OUT.fullmatch(str(error))
-        if not hit or int(hit.group(1)) < timeout_s:
-            return False
-    return True
+    limits = [timed_out_limit(e) for e in (row.get("failed_seeds") or {}).values()]
+    return all(limit is not None and limit >= timeout_s for limit in limits)
 
 
 def kept_rows(configs, seeds, table, flow=None, timeout_s=None):
