@@ -21,6 +21,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .pipeline import BlockRAMFIFO, SkidBuffer
+
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "BurstSplitter", "AXI4Reader", "AXI4Writer",
            "AXI4LiteControl", "StreamUpsizer", "StreamDownsizer", "PAGE_BYTES", "burst_beats",
            "command_layout", "burst_layout"]
@@ -36,6 +38,16 @@ def _log2(n, what):
     if n < 1 or n & (n - 1):
         raise ValueError(f"{what} must be a power of two, not {n}")
     return n.bit_length() - 1
+
+
+def _less_than(m, a, b, name):
+    """``a < b`` for unsigned ``a`` and ``b``, from the carry out of ``b + ~a`` (= ``b - a - 1``
+    plus ``2**(W+1)``, ``W`` bits for either): one LUT level into a carry chain, where yosys maps a
+    comparison to two on UltraScale+."""
+    width = max(len(a), len(b))
+    total = Signal(width + 2, name=name)
+    m.d.comb += total.eq(b + ~Cat(a, Const(0, width + 1 - len(a))))
+    return total[width + 1]
 
 
 # (signal, flow seen from the master, width: bits or a key of the widths dict; 0 omits it)
@@ -180,11 +192,25 @@ class BurstSplitter(wiring.Component):
         Transfers; a command of 0 words is accepted and ignored.
     o : ``Out(stream.Signature(burst_layout(addr_width)))``
         Bursts in address order, each at most ``max_burst`` beats and within one 4 KiB page.
+        Payload and valid are registers.
     active : ``Out(1)``
-        A command is being split (bursts remain to be emitted).
+        A command waits in the input register, is being split, or its last burst waits on
+        ``o``.
 
-    One burst per cycle; ``cmd`` is ready while no command is active (one cycle between
-    commands). ``o`` payload and valid come from registers through the length computation.
+    Timing
+    ------
+    ``cmd`` enters through a :class:`~hwgen.lib.pipeline.SkidBuffer` (its ``ready`` is a
+    register). A command's first burst is on ``o`` 3 cycles after ``cmd`` accepts it; one-burst
+    commands pass at one every two cycles. Further bursts follow one per cycle where the
+    previous burst ended on a 4 KiB page (every burst after the first when ``max_burst`` covers
+    a page) and every other cycle otherwise.
+
+    The length of the next burst, ``min(words left, words to the page end, max_burst)``, is
+    prepared in registers (``lim``, ``lim - 1``, whether the page end is nearer than
+    ``max_burst``) from the word address alone, one cycle ahead; the cycle a burst leaves
+    compares the words left with it (one carry chain) and updates the word address and count
+    with subtractions of the registered length. No path holds more than one carry chain, and
+    ``o.ready`` reaches only the enables of these registers.
     """
 
     def __init__(self, addr_width, data_width, *, words_width=32, max_burst=256):
@@ -202,32 +228,67 @@ class BurstSplitter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        shift = self._bytes_log2
+        shift, top = self._bytes_log2, self._max
         page_words = PAGE_BYTES >> shift
-        burst = min(self._max, page_words)
-        word = Signal(self._aw - shift)          # word address
-        remaining = Signal(self._ww)
-        m.d.comb += self.cmd.ready.eq(~self.active)
-        with m.If(self.cmd.valid & self.cmd.ready & (self.cmd.payload.words != 0)):
-            m.d.sync += [word.eq(self.cmd.payload.addr[shift:]),
-                         remaining.eq(self.cmd.payload.words), self.active.eq(1)]
+        page_bits = page_words.bit_length() - 1
+        burst = min(top, page_words)
+        page = Signal(self._aw - shift - page_bits)      # word address above the page offset
+        in_page = Signal(max(page_bits, 1))               # word offset in the page
+        remaining = Signal(self._ww)                      # words left, >= 1 while busy
+        rem_m1 = Signal(self._ww)                         # remaining - 1
+        lim = Signal(range(burst + 1))                    # min(to the page end, max_burst)
+        lim_m1 = Signal(8)                                # lim - 1
+        to_end = Signal()                                 # lim reaches the page end
+        busy, prepped = Signal(), Signal()
+        o = self.o
+        # commands enter through a register stage: the word count and the address reach the
+        # length preparation and the counters from registers, not from the producer's logic
+        m.submodules.cmd_reg = cmd_reg = SkidBuffer(command_layout(self._aw, self._ww))
+        wiring.connect(m, wiring.flipped(self.cmd), cmd_reg.i)
+        cmd = cmd_reg.o
 
-        page_bits = (page_words - 1).bit_length()
-        in_page = word[:page_bits] if page_bits else Const(0, 1)
-        to_page = Signal(range(page_words + 1))
-        m.d.comb += to_page.eq(page_words - in_page)
-        limit = Signal(range(burst + 1))
-        m.d.comb += limit.eq(Mux(to_page < self._max, to_page, self._max))
-        beats = Signal(range(burst + 1))
-        m.d.comb += beats.eq(Mux(remaining < limit, remaining, limit))
+        m.d.comb += [cmd.ready.eq(~busy), self.active.eq(busy | o.valid | cmd.valid)]
+        accept = cmd.valid & ~busy & (cmd.payload.words != 0)
+        prep = accept | (busy & ~prepped)
 
-        m.d.comb += [self.o.valid.eq(self.active),
-                     self.o.payload.addr.eq(word << shift),
-                     self.o.payload.len.eq(beats - 1)]
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += [word.eq(word + beats), remaining.eq(remaining - beats)]
-            with m.If(remaining == beats):
-                m.d.sync += self.active.eq(0)
+        # -- the next burst's length bound, from the word offset in the page alone --------------
+        cmd_word = cmd.payload.addr[shift:]
+        src = Mux(busy, in_page, cmd_word[:page_bits]) if page_bits else Const(0, 1)
+        near_end = src >= page_words - top if top < page_words else Const(1, 1)
+        with m.If(prep):
+            m.d.sync += [to_end.eq(near_end), prepped.eq(1),
+                         lim.eq(Mux(near_end, page_words - src, top)),
+                         lim_m1.eq(Mux(near_end, (page_words - 1) - src, top - 1))]
+        with m.If(accept):
+            m.d.sync += [busy.eq(1), page.eq(cmd_word[page_bits:]),
+                         remaining.eq(cmd.payload.words), rem_m1.eq(cmd.payload.words - 1)]
+            if page_bits:
+                m.d.sync += in_page.eq(cmd_word[:page_bits])
+
+        # -- one burst leaves: the smaller of the words left and lim ----------------------------
+        # last burst: words left <= lim, i.e. rem_m1 < lim; lim < 512, so the high bits of rem_m1
+        # are tested for zero (a LUT tree) beside a 9-bit comparison (a short carry chain)
+        low = min(9, self._ww)
+        last = _less_than(m, rem_m1[:low], lim, "last_low") & \
+            ((rem_m1[low:] == 0) if self._ww > low else 1)
+        emit = busy & prepped & (~o.valid | o.ready)
+        with m.If(emit):
+            m.d.sync += [o.valid.eq(1),
+                         o.payload.addr.eq(Cat(Const(0, shift), in_page[:page_bits], page)),
+                         o.payload.len.eq(Mux(last, rem_m1[:8], lim_m1)),
+                         remaining.eq(remaining - lim), rem_m1.eq(rem_m1 - lim)]
+            with m.If(last):
+                m.d.sync += busy.eq(0)
+            with m.Elif(to_end):               # the next burst starts a page: its bound is known
+                m.d.sync += [page.eq(page + 1),
+                             lim.eq(burst), lim_m1.eq(burst - 1),
+                             to_end.eq(page_words <= top)]
+                if page_bits:
+                    m.d.sync += in_page.eq(0)
+            with m.Else():                     # lim was max_burst, short of the page end
+                m.d.sync += [in_page.eq(in_page + top), prepped.eq(0)]
+        with m.Elif(o.ready):
+            m.d.sync += o.valid.eq(0)
         return m
 
 
@@ -248,7 +309,8 @@ class AXI4Reader(wiring.Component):
         Data FIFO depth in words; default twice the largest burst. Reads are only issued for
         words the FIFO is sure to have room for (credits), so ``rready`` is always 1 and a
         stalled consumer never stalls the bus mid-burst. To stream one word per cycle from a
-        memory with a read latency of ``L`` cycles, ``depth`` should exceed ``L`` plus one burst.
+        memory with a read latency of ``L`` cycles, ``depth`` should exceed ``L + 9`` plus one
+        burst (issue, FIFO latency and the credit's return take 9 cycles).
 
     Members
     -------
@@ -261,7 +323,11 @@ class AXI4Reader(wiring.Component):
         No command in progress and every word read has left on ``o``.
 
     Throughput one word per cycle (given enough credit for the memory latency). Latency from a
-    command to its first ``araddr`` is 2 cycles; from ``rvalid`` to ``o.valid`` 2 cycles (FIFO).
+    command to its first ``araddr`` is 5 cycles; from ``rvalid`` to ``o.valid`` 5 cycles
+    (:class:`~hwgen.lib.pipeline.BlockRAMFIFO`: the block RAM's read data are registered).
+    A word taken from ``o`` returns its credit the cycle after. ``bus.arvalid``/``araddr``/
+    ``arlen`` are registers; the issue decision is ``len < free`` of two registers (one carry
+    chain) and the free credits are updated by one adder.
     """
 
     def __init__(self, addr_width, data_width, *, words_width=32, max_burst=256,
@@ -274,6 +340,8 @@ class AXI4Reader(wiring.Component):
         if self._depth < max(4, burst):
             raise ValueError(f"reader FIFO depth {self._depth} must hold at least one burst "
                              f"({burst} words) and 4 words")
+        if not 1 <= max_outstanding <= 64:
+            raise ValueError(f"max_outstanding must be in 1..64, not {max_outstanding}")
         self._max_outstanding = max_outstanding
         super().__init__({
             "bus": Out(AXI4Signature(addr_width, data_width, write=False)),
@@ -285,23 +353,35 @@ class AXI4Reader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        m.submodules.split = split = BurstSplitter(**self._split)
-        wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
-        m.submodules.fifo = buf = fifo.SyncFIFOBuffered(width=self._dw, depth=self._depth)
+        m.submodules.splitter = splitter = BurstSplitter(**self._split)
+        wiring.connect(m, wiring.flipped(self.cmd), splitter.cmd)
+        # a skid register between the splitter and AR: the splitter's enables see a register,
+        # not the credit comparison
+        m.submodules.split = split = SkidBuffer(burst_layout(self._split["addr_width"]))
+        wiring.connect(m, splitter.o, split.i)
+        m.submodules.fifo = buf = BlockRAMFIFO(self._dw, self._depth)
 
-        # Credits: words requested (or about to be) and not yet delivered on `o`.
-        pending = Signal(range(self._depth + 1))
-        bursts = Signal(range(self._max_outstanding + 1))
-        beats = split.o.payload.len + 1
+        # Credits: FIFO words not yet promised to a burst on AR. A burst of len + 1 beats is
+        # issued while len < free; a word delivered on `o` returns its credit a cycle later
+        # (`returned`), so the update is one adder: free - (len + 1) + returned.
+        depth_bits = range(self._depth + 1)
+        free = Signal(depth_bits, init=self._depth)
+        returned = Signal()
+        # bursts in flight as a thermometer code (bit i: more than i), so that neither its
+        # update nor `bursts < max_outstanding` needs an adder behind the issue decision
+        bursts = Signal(self._max_outstanding)
+        burst_ok = ~bursts[-1]
+        length = split.o.payload.len
+        w = len(free)
+        fits = _less_than(m, length, free, "fits")          # len < free
         issue = Signal()
         m.d.comb += [
-            split.o.ready.eq((~bus.arvalid | bus.arready) & (pending + beats <= self._depth)
-                             & (bursts < self._max_outstanding)),
+            split.o.ready.eq((~bus.arvalid | bus.arready) & fits & burst_ok),
             issue.eq(split.o.valid & split.o.ready),
         ]
         with m.If(issue):
             m.d.sync += [bus.arvalid.eq(1), bus.araddr.eq(split.o.payload.addr),
-                         bus.arlen.eq(split.o.payload.len)]
+                         bus.arlen.eq(length)]
         with m.Elif(bus.arready):
             m.d.sync += bus.arvalid.eq(0)
         m.d.comb += [bus.arsize.eq(_log2(self._dw // 8, "AXI data bytes")),
@@ -309,17 +389,27 @@ class AXI4Reader(wiring.Component):
 
         m.d.comb += [
             bus.rready.eq(1),
-            buf.w_data.eq(bus.rdata),
-            buf.w_en.eq(bus.rvalid),
-            self.o.payload.eq(buf.r_data),
-            self.o.valid.eq(buf.r_rdy),
-            buf.r_en.eq(self.o.ready),
+            buf.i.payload.eq(bus.rdata),       # always room: reads are issued on credit
+            buf.i.valid.eq(bus.rvalid),
         ]
-        delivered = self.o.valid & self.o.ready
-        m.d.sync += pending.eq(pending + Mux(issue, beats, 0) - delivered)
+        wiring.connect(m, buf.o, wiring.flipped(self.o))
+        m.d.sync += returned.eq(self.o.valid & self.o.ready)
+        # free + ~len + returned in one carry chain: ({free, 1} + {~len, returned}) >> 1, modulo
+        # 2**W (W bits of free; len < free <= depth, so len fits them too)
+        inv_len = ~Cat(length[:w], Const(0, max(0, w - len(length))))
+        spent = Signal(w + 2)
+        m.d.comb += spent.eq(Cat(Const(1, 1), free) + Cat(returned, inv_len))
+        with m.If(issue):
+            m.d.sync += free.eq(spent[1:w + 1])
+        with m.Else():
+            m.d.sync += free.eq(free + returned)
         burst_done = bus.rvalid & bus.rlast
-        m.d.sync += bursts.eq(bursts + issue - burst_done)
-        m.d.comb += self.idle.eq(~split.active & ~self.cmd.valid & (pending == 0))
+        with m.If(issue & ~burst_done):
+            m.d.sync += bursts.eq(Cat(Const(1, 1), bursts[:-1]))
+        with m.Elif(~issue & burst_done):
+            m.d.sync += bursts.eq(bursts[1:])
+        m.d.comb += self.idle.eq(~splitter.active & ~split.o.valid & ~self.cmd.valid
+                                 & ~returned & (free == self._depth))
         return m
 
 

@@ -10,11 +10,11 @@ therefore a register compare, never a combinational path from the consumer's ``r
 matches side-band signals (valid, tags) to a datapath's latency.
 """
 
-from amaranth.hdl import Const, Module, Shape, Signal, signed, unsigned
-from amaranth.lib import fifo, stream, wiring
+from amaranth.hdl import Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.lib import fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["CreditBuffer", "SkidBuffer", "adder_tree", "delay", "sum_shape"]
+__all__ = ["BlockRAMFIFO", "CreditBuffer", "SkidBuffer", "adder_tree", "delay", "sum_shape"]
 
 
 class CreditBuffer(wiring.Component):
@@ -142,6 +142,101 @@ class SkidBuffer(wiring.Component):
                 m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
         with m.Elif(self.i.valid & self.i.ready):
             m.d.sync += skid_valid.eq(1)
+        return m
+
+
+class BlockRAMFIFO(wiring.Component):
+    """A deep first-in first-out stream buffer whose block-RAM read data pass a register.
+
+    :class:`amaranth.lib.fifo.SyncFIFOBuffered` drives its output straight from the memory's
+    read port, so a block RAM's clock-to-out (ECP5 ``DP16KD`` without its output register:
+    5.8 ns) and whatever the consumer does with the data share one cycle, and UltraScale+
+    cannot use the RAM's output register. Here the memory is read ahead into a register (the
+    RAM's output register, which synthesis packs into ``RAMB36``) and then into a small output
+    FIFO; reads are issued only while that FIFO is sure to have room (credits), so the
+    consumer's ``ready`` reaches no memory control.
+
+    Parameters
+    ----------
+    width : int
+        Payload bits.
+    depth : int
+        Words held in the memory (at least 2). The output FIFO holds up to
+        :data:`OUT_DEPTH` more.
+
+    Members
+    -------
+    i : ``In(stream.Signature(unsigned(width)))``
+        ``i.ready`` is a register: fewer than ``depth`` words in the memory (words read ahead
+        into the output FIFO not counted).
+    o : ``Out(stream.Signature(unsigned(width)))``
+        From the output FIFO's register.
+
+    Latency 5 cycles from ``i`` to ``o`` (write, read, RAM output register, output FIFO);
+    initiation interval 1.
+    """
+
+    #: Words of the output FIFO: enough for the read-ahead pipeline and the credit's return.
+    OUT_DEPTH = 6
+
+    def __init__(self, width, depth):
+        if depth < 2:
+            raise ValueError(f"BlockRAMFIFO depth must be at least 2, not {depth}")
+        self._width, self._depth = width, depth
+        super().__init__({"i": In(stream.Signature(unsigned(width))),
+                          "o": Out(stream.Signature(unsigned(width)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self._depth
+        # ``no_rw_check``: a read and a write in the same cycle never meet at one address (a
+        # read needs a stored word, a write a free one), so yosys need not emulate
+        # read-old-data on collisions with a multiplexer behind the block RAM's output.
+        m.submodules.storage = storage = memory.Memory(shape=unsigned(self._width), depth=depth,
+                                                       init=[], attrs={"no_rw_check": 1})
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="sync", transparent_for=())
+        m.submodules.out = out = fifo.SyncFIFOBuffered(width=self._width, depth=self.OUT_DEPTH)
+
+        produce = Signal(range(depth))
+        consume = Signal(range(depth))
+        stored = Signal(range(depth + 1))
+        room = Signal(range(self.OUT_DEPTH + 1), init=self.OUT_DEPTH)
+        # stored != 0, stored != depth and room != 0 kept as registers beside the counts, so
+        # that `read` is one gate of registers and `i.ready` a register
+        nonempty, not_full, room_ok = Signal(), Signal(init=1), Signal(init=1)
+        popped = Signal()
+        write = self.i.valid & not_full
+        read = Signal()
+        m.d.comb += [
+            self.i.ready.eq(not_full),
+            read.eq(nonempty & room_ok),
+            w_port.addr.eq(produce), w_port.data.eq(self.i.payload), w_port.en.eq(write),
+            r_port.addr.eq(consume),         # always enabled: `fetched` marks the reads
+        ]
+        with m.If(write):
+            m.d.sync += produce.eq(Mux(produce == depth - 1, 0, produce + 1))
+        with m.If(read):
+            m.d.sync += consume.eq(Mux(consume == depth - 1, 0, consume + 1))
+        with m.If(write & ~read):
+            m.d.sync += [stored.eq(stored + 1), nonempty.eq(1),
+                         not_full.eq(stored != depth - 1)]
+        with m.Elif(~write & read):
+            m.d.sync += [stored.eq(stored - 1), nonempty.eq(stored != 1), not_full.eq(1)]
+
+        # read ahead: the port's data a cycle after `read`, the RAM output register the next
+        fetched, held = Signal(), Signal()
+        data = Signal(self._width, reset_less=True)
+        m.d.sync += [fetched.eq(read), held.eq(fetched), data.eq(r_port.data)]
+        m.d.comb += [out.w_data.eq(data), out.w_en.eq(held),
+                     self.o.payload.eq(out.r_data), self.o.valid.eq(out.r_rdy),
+                     out.r_en.eq(self.o.ready)]
+        # credits of the output FIFO: taken by a read, returned the cycle after a pop
+        m.d.sync += popped.eq(self.o.valid & self.o.ready)
+        with m.If(read & ~popped):
+            m.d.sync += [room.eq(room - 1), room_ok.eq(room != 1)]
+        with m.Elif(~read & popped):
+            m.d.sync += [room.eq(room + 1), room_ok.eq(1)]
         return m
 
 

@@ -27,8 +27,9 @@ import numpy as np
 __all__ = ["query_cycles", "layout_query_cycles", "queue_items", "PAPER_DATASETS", "project"]
 
 #: cycles between the last result of the L2 queue entering the id fetch and leaving the node,
-#: beyond two cycles per result: reader command, AXI latency of an ideal memory, FIFOs.
-FETCH_LATENCY = 8
+#: beyond two cycles per result: reader command (5 cycles to AR), AXI latency of an ideal
+#: memory, the reader's FIFO (5 cycles: its block RAM's read data are registered), FIFOs.
+FETCH_LATENCY = 14
 
 
 def queue_items(config, unit_items):
@@ -57,7 +58,7 @@ def query_cycles(config, words, unit_items, results):
     """
     c = config
     builder = c.lut_config()
-    lut = 256 * builder.steps + 7 + builder.tree_latency + c.codes_per_word - 1
+    lut = 256 * builder.steps + builder.latency + 2 + c.codes_per_word - 1
     unit = c.unit_config(True)
     scan = unit.performance(unit.workload(scans=words)).cycles - (unit.latency + 2) \
         - 256 * builder.steps

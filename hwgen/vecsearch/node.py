@@ -283,10 +283,15 @@ class ChamVSNode(wiring.Component):
         m.d.comb += [self.i_query.ready.eq(loaded & ~busy),
                      accept.eq(self.i_query.valid & self.i_query.ready)]
         with m.If(accept):
-            m.d.sync += [busy.eq(1), query.eq(q.query), lists.eq(q.lists), nprobe.eq(q.nprobe)]
+            m.d.sync += busy.eq(1)
+        # The query's registers follow the input while the node is idle (their enable is a
+        # register, not the handshake: `accept` would otherwise fan out to every bit of them);
+        # they hold what was on the input in the cycle it was accepted.
+        with m.If(~busy):
+            m.d.sync += [query.eq(q.query), lists.eq(q.lists), nprobe.eq(q.nprobe)]
         with m.If(done):
             m.d.sync += [busy.eq(0), fetching.eq(0)]
-        builder = self._lut_feed(m, coarse_rd, accept, query, lists, nprobe)
+        builder = self._lut_feed(m, coarse_rd, accept, ~busy, query, lists, nprobe)
 
         # -- PQ decoding units, LUTs forwarded along the chain ----------------------------------
         units = []
@@ -321,10 +326,11 @@ class ChamVSNode(wiring.Component):
         fetch_cmd, fetch_table_addr, fetch_words = self._id_fetch(m, ks, readers, tables, lists,
                                                                    fetching, done)
         fires = [self._scan_channel(m, ch, readers[ch], tables[ch][1],
-                                    units[ch * cpw:(ch + 1) * cpw], accept, q, lists, nprobe,
-                                    fetching, fetch_cmd[ch], fetch_table_addr, fetch_words[ch])
+                                    units[ch * cpw:(ch + 1) * cpw], accept, ~busy, q, lists,
+                                    nprobe, fetching, fetch_cmd[ch], fetch_table_addr,
+                                    fetch_words[ch])
                  for ch in range(C)]
-        self._counters(m, busy, accept, done, *fires[0], readers[0])
+        self._counters(m, busy, done, *fires[0], readers[0])
         return m
 
     def _metadata(self, m):
@@ -366,10 +372,13 @@ class ChamVSNode(wiring.Component):
         pq_n = Signal(range(c.m * 256 + 1))      # PQ centroids passed to the LUT builder
         with m.If(self.i_pq.valid & self.i_pq.ready):
             m.d.sync += pq_n.eq(pq_n + 1)
-        loaded = (coarse_n == c.nlist) & (table_list == c.nlist) & (pq_n == c.m * 256)
+        # a register: the query handshake and everything `accept` enables see no counter compare
+        loaded = Signal()
+        m.d.sync += loaded.eq((coarse_n == c.nlist) & (table_list == c.nlist)
+                              & (pq_n == c.m * 256))
         return coarse_rd, tables, loaded
 
-    def _lut_feed(self, m, coarse_rd, accept, query, lists, nprobe):
+    def _lut_feed(self, m, coarse_rd, accept, idle, query, lists, nprobe):
         """The LUT builder (returned; ``i_pq`` feeds its centroids), fed with (query, coarse
         centroid) for each probed list: the centroid is read from ``coarse_rd`` at the
         query's ``accept``, then after each pair the builder takes."""
@@ -385,8 +394,10 @@ class ChamVSNode(wiring.Component):
         m.d.comb += [builder.i_query.valid.eq(lut_pending),
                      builder.i_query.payload.query.eq(query),
                      builder.i_query.payload.centroid.eq(coarse_rd.data),
-                     coarse_rd.en.eq(accept | (lut_next & more)),
-                     coarse_rd.addr.eq(Mux(accept, q.lists[0], lists[(lut_p + 1)[
+                     # read the first centroid in every idle cycle (the read has no effect
+                     # but its data, wanted the cycle a query is accepted)
+                     coarse_rd.en.eq(idle | (lut_next & more)),
+                     coarse_rd.addr.eq(Mux(idle, q.lists[0], lists[(lut_p + 1)[
                          :max(1, _log2(c.nprobe_max))]]))]
         with m.If(accept):
             m.d.sync += [lut_p.eq(0), lut_pending.eq(1)]
@@ -398,7 +409,7 @@ class ChamVSNode(wiring.Component):
 
     # ------------------------------------------------------------------------------------------
 
-    def _scan_channel(self, m, ch, reader, table_rd, units, accept, q, lists, nprobe,
+    def _scan_channel(self, m, ch, reader, table_rd, units, accept, idle, q, lists, nprobe,
                       fetching, fetch_cmd, fetch_table_addr, fetch_word):
         """Scan commands and code splitting of channel ``ch``. Returns ``(fire, final)``: a code
         word enters the units this cycle; it is the query's last word on this channel."""
@@ -429,8 +440,9 @@ class ChamVSNode(wiring.Component):
                          reader.cmd.payload.eq(fetch_cmd.payload),
                          fetch_cmd.ready.eq(reader.cmd.ready)]
         with m.Else():
-            m.d.comb += [table_rd.addr.eq(Mux(accept, q.lists[0], lists[(p + 1)[:pbits]])),
-                         table_rd.en.eq(accept | (issue & more)),
+            # the first list's entry is read in every idle cycle (see _lut_feed)
+            m.d.comb += [table_rd.addr.eq(Mux(idle, q.lists[0], lists[(p + 1)[:pbits]])),
+                         table_rd.en.eq(idle | (issue & more)),
                          reader.cmd.valid.eq(pending & info.w_rdy),
                          reader.cmd.payload.addr.eq(entry.code_word * W),
                          reader.cmd.payload.words.eq(words)]
@@ -575,16 +587,18 @@ class ChamVSNode(wiring.Component):
                      done.eq(o.valid & o.ready & head.last)]
         return cmds, table_addr, words
 
-    def _counters(self, m, busy, accept, done, fire, final, reader):
+    def _counters(self, m, busy, done, fire, final, reader):
         """Per-query cycle counters of channel 0, latched on ``done`` (see class docstring)."""
         running = {name: Signal(32, name=f"run_{name}") for name in STAT_PORTS}
         started = Signal()         # channel 0's first code word has entered the units
         scanning = Signal()        # ... and its last has not
-        with m.If(accept):
+        # cleared in every idle cycle (an enable from a register; a query's counts begin the
+        # cycle after its acceptance either way)
+        with m.If(~busy):
             m.d.sync += [started.eq(0), scanning.eq(0)]
             for sig in running.values():
                 m.d.sync += sig.eq(0)
-        with m.Elif(busy):
+        with m.Else():
             m.d.sync += running["stat_cycles"].eq(running["stat_cycles"] + 1)
             with m.If(~started & ~fire):
                 m.d.sync += running["stat_lut"].eq(running["stat_lut"] + 1)
