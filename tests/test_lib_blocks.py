@@ -83,20 +83,20 @@ def test_block_ram_fifo_keeps_order_fills_and_streams(depth, stall):
                       cycles=2000, check=ready_is_registered)
     assert got == items
 
+    fresh = BlockRAMFIFO(17, depth)
     arrivals, full = [], []
 
     async def bench(ctx):           # a burst into a stalled consumer, then drained at full rate
         for cycle in range(2 * depth + 60):
-            ctx.set(dut.i.valid, cycle < depth + 20)
-            ctx.set(dut.i.payload, cycle)
-            ctx.set(dut.o.ready, cycle >= depth + 30 or stall == 0.0)
-            if not ctx.get(dut.i.ready):
+            ctx.set(fresh.i.valid, cycle < depth + 20)
+            ctx.set(fresh.i.payload, cycle)
+            ctx.set(fresh.o.ready, cycle >= depth + 30 or stall == 0.0)
+            if not ctx.get(fresh.i.ready):
                 full.append(cycle)
-            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+            if ctx.get(fresh.o.valid) and ctx.get(fresh.o.ready):
                 arrivals.append(cycle)
             await ctx.tick()
-    dut = BlockRAMFIFO(17, depth)
-    _run(dut, bench)
+    _run(fresh, bench)
     if stall == 0.0:
         assert not full
         assert arrivals[:depth + 20] == list(range(5, depth + 25))
