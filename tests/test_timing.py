@@ -104,6 +104,36 @@ def test_block_ram_into_logic_is_a_level():
     assert (d["ram_unregistered"], d["levels"]) == (0, 0)
 
 
+def _srl(d, q, address):
+    conns = {"D": [d], "Q": [q], "CLK": [2], "CE": ["1"]}
+    conns.update({f"A{k}": [a] for k, a in enumerate(address)})
+    return _cell("SRL16E", conns, {p: "output" if p == "Q" else "input" for p in conns})
+
+
+def test_fixed_shift_register_counts_as_flip_flops_around_dsp_and_ram():
+    # yosys maps a delay line feeding a DSP into an SRL16E (constant tap): Vivado would have
+    # packed its last stage into AREG/BREG, so the DSP counts as registered.
+    cells = {"ff0": _ff(10, 20), "srl": _srl(20, 21, ["1", "0", "1", "0"]),
+             "dsp": _dsp(21, 22), "ff1": _ff(22, 23)}
+    d = netlist_depth(_module(cells), "top")
+    assert (d["dsp_unregistered"], d["dsp_ram_levels"]) == (0, 0)
+    assert d["goal_met"]
+    # An SRL read at a moving tap is a multiplexer: the DSP behind it is not registered.
+    cells["ff_a"] = _ff(11, 30)
+    cells["srl"] = _srl(20, 21, [30, "0", "0", "0"])
+    d = netlist_depth(_module(cells, inputs=(10, 11)), "top")
+    assert d["dsp_unregistered"] == 1 and not d["goal_met"]
+    # A block RAM whose output enters a fixed SRL has its output register.
+    ram = _cell("RAMB18E2", {"ADDRARDADDR": [20], "DOUTADOUT": [21], "CLKARDCLK": [2]},
+                {"ADDRARDADDR": "input", "DOUTADOUT": "output", "CLKARDCLK": "input"})
+    cells = {"ff0": _ff(10, 20), "ram": ram, "srl": _srl(21, 22, ["1", "1", "0", "0"]),
+             "ff1": _ff(22, 23)}
+    d = netlist_depth(_module(cells), "top")
+    assert (d["ram_unregistered"], d["dsp_ram_levels"]) == (0, 0)
+    # Its output into logic still costs the LUT level it always did.
+    assert d["lut_levels"] == 1
+
+
 def test_parse_pnr_report_picks_the_slowest_clock_and_its_path():
     step = lambda kind, delay, cell, port: {"type": kind, "delay": delay,  # noqa: E731
                                             "from": {"cell": cell, "port": port},

@@ -21,6 +21,12 @@ Cells and what they count as
   ``DOA_REG``/``DOB_REG`` (``OREG_*``) is on or every output bit drives only flip-flops (packed
   into the output register by the vendor's synthesis); otherwise it starts a path with one level
   (``ram_unregistered``).
+* A fixed-length shift register (``SRL16E``/``SRLC32E`` read at a constant tap) stands for a
+  chain of flip-flops: yosys 0.23 maps a delay line into one without first packing its last
+  stage into the DSP's AREG/BREG (or its first stage into a block RAM's output register),
+  whereas Vivado infers the DSP's and block RAM's registers before it extracts shift
+  registers. So an SRL driving a DSP data input, or fed by a block-RAM output, counts as a
+  flip-flop there; its output into logic still counts as one LUT level.
 
 The worst path maximises LUT levels plus carry chains plus DSP/RAM levels. The goal of issue 11:
 at most 4 LUT levels and one carry chain, and no DSP or block RAM counted as a level.
@@ -79,24 +85,35 @@ class _Netlist:
     def kind(self, name):
         return self.cells[name]["type"]
 
+    def fixed_srl(self, name):
+        """``name`` is a shift register read at a constant tap: a chain of flip-flops."""
+        if self.kind(name) not in _SRL:
+            return False
+        return all(isinstance(b, str) for _, bits in _comb_inputs(self, name) for b in bits)
+
     def from_ff(self, bits):
-        """Every non-constant bit is driven by a flip-flop (or a top-level input)."""
+        """Every non-constant bit is driven by a flip-flop, a fixed-length shift register or
+        a top-level input."""
         for b in bits:
             if isinstance(b, str):
                 continue
             d = self.driver.get(b)
-            if d is not None and self.kind(d[0]) not in _FF:
+            if d is not None and self.kind(d[0]) not in _FF and not self.fixed_srl(d[0]):
                 return False
         return True
 
     def into_ff(self, bits):
-        """Every used bit drives only flip-flops."""
+        """Every used bit drives only flip-flops (or the data input of a fixed-length shift
+        register)."""
         for b in bits:
             if isinstance(b, str):
                 continue
-            for cell, _ in self.sinks.get(b, []):
-                if cell == "<port>" or self.kind(cell) not in _FF:
+            for cell, port in self.sinks.get(b, []):
+                if cell == "<port>":
                     return False
+                if self.kind(cell) in _FF or (port == "D" and self.fixed_srl(cell)):
+                    continue
+                return False
         return True
 
 
