@@ -119,13 +119,67 @@ def cluster_sim(preset, nodes, latency_ns, link_gbps, clock_mhz, items, stall, s
                                  f"beats, {report['timeouts']} timeouts)")
 
 
+#: Options of ``hwgen bench recsys`` that only the CPU baseline uses: their names on the
+#: command line and their defaults.
+_CPU_OPTIONS = {"cpu_preset": ("cpu-preset", "paper-ctr"), "batches": ("batch", None),
+                "cpu_seconds": ("cpu-seconds", 1.0), "threads": ("threads", None),
+                "cpu_tables": ("cpu-tables", "auto"), "cpu_dir": ("cpu-dir", None)}
+
+
 @click.command("recsys")
 @click.option("--no-sim", is_flag=True, help="Skip the simulations (model tables only).")
+@click.option("--cpu", is_flag=True,
+              help="Also run the model's inference on this machine's CPU (PyTorch) and print "
+              "the measured rate beside the FPGA figures and the paper's CPU.")
+@click.option("--cpu-preset", help="Model run on the CPU [default: paper-ctr; speed-ups over "
+              "the measured CPU only for paper-ctr].")
+@click.option("--batch", "batches", type=int, multiple=True,
+              help="Batch size measured on the CPU (repeatable) [default: 1 and 1024, the "
+              "paper's batch].")
+@click.option("--cpu-seconds", type=float,
+              help="Timed seconds per batch size, after 2 warm-up batches and at least 5 "
+              "timed batches [default: 1].")
+@click.option("--threads", type=int,
+              help="PyTorch threads for the CPU baseline (1..256) [default: PyTorch's, one "
+              "per core].")
+@click.option("--cpu-tables", type=click.Choice(["auto", "memory", "mmap"]),
+              help="Embedding tables held in memory or memory-mapped from a file [default: "
+              "auto: in memory up to 4 GiB, else mapped; paper-ctr's 15.1 GB are mapped].")
+@click.option("--cpu-dir", type=click.Path(file_okay=False),
+              help="Folder of the memory-mapped table file [default: <build cache>/recsys-cpu].")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Seed of the CPU baseline's indices and dense features.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the report (simulation rows, CPU measurement, designs) as JSON.")
 @reports_errors
-def bench_recsys(no_sim):
-    """Recommendation: model vs simulation, lookup placement, predicted vs paper designs."""
+def bench_recsys(no_sim, cpu, json_path, seed, **cpu_options):
+    """Recommendation: model vs simulation, lookup placement, the CPU measured here (--cpu),
+    predicted designs beside the paper."""
     from ..recsys.bench import bench_recsys as run_bench
-    if not run_bench(echo=click.echo, simulate_blocks=not no_sim):
+    from ..recsys.cpu_baseline import DEFAULT_BATCHES, check_options
+    given = [name for name, value in cpu_options.items() if value not in (None, ())]
+    if given and not cpu:
+        raise ConfigError(_CPU_OPTIONS[given[0]][0], "only with --cpu",
+                          value=cpu_options[given[0]])
+    _seed(seed)
+    if json_path:
+        checks.output_file("json", json_path)
+    options = None
+    if cpu:
+        o = {k: v if v not in (None, ()) else _CPU_OPTIONS[k][1]
+             for k, v in cpu_options.items()}
+        options = {"preset_name": o["cpu_preset"], "batches": tuple(o["batches"] or
+                                                                    DEFAULT_BATCHES),
+                   "seconds": o["cpu_seconds"], "threads": o["threads"],
+                   "tables": o["cpu_tables"], "directory": o["cpu_dir"], "seed": seed}
+        check_options(options["preset_name"], options["batches"], options["seconds"],
+                      options["threads"], options["tables"])
+        if o["cpu_dir"]:
+            checks.output_dir("cpu-dir", o["cpu_dir"])
+    report = run_bench(echo=click.echo, simulate_blocks=not no_sim, cpu=options, log=_log)
+    if json_path:
+        write_json(json_path, report)
+    if not report["ok"]:
         raise SimulationMismatch("a recsys block disagreed with its golden model or its "
                                  "cycle model is off by more than 5%")
 

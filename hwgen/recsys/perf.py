@@ -66,11 +66,13 @@ latency if all the difference were network.
 
 Paper figures used (Zhu et al., "Distributed Recommendation Inference on FPGA Clusters",
 section IV): CPU baseline (16 vCPU) 31.72 ms at batch 1024, taken as 1024 / 31.72 ms = 32,282
-inferences/s; single FPGA (MicroRec) 3.77 x the CPU, latency not stated as a number ("less than
-31.72 microseconds" for all FPGA designs); 2 nodes 16.31 x (4.32 x the single FPGA), 12.06 us;
-4 nodes 28.95 x (7.68 x), 20.05 us; clocks 135 MHz everywhere except node 1 of the 2-node
-design (115 MHz). Table II's DSP counts (single 5193, 2 nodes 8064 + 8073, 4 nodes 7488 x 3 +
-7497) are printed beside the PE counts of hwgen's partition.
+inferences/s, and 7.48 ms at batch 1 (``hwgen bench recsys --cpu`` measures the model on this
+machine's CPU as well, :mod:`hwgen.recsys.cpu_baseline`); single FPGA (MicroRec) 3.77 x the
+CPU, latency not stated as a number ("less than 31.72 microseconds" for all FPGA designs); 2
+nodes 16.31 x (4.32 x the single FPGA), 12.06 us; 4 nodes 28.95 x (7.68 x), 20.05 us; clocks
+135 MHz everywhere except node 1 of the 2-node design (115 MHz). Table II's DSP counts (single
+5193, 2 nodes 8064 + 8073, 4 nodes 7488 x 3 + 7497) are printed beside the PE counts of
+hwgen's partition.
 """
 
 import math
@@ -101,9 +103,12 @@ HOP_LATENCY_NS = 1000.0
 #: Lookup-unit credits (inferences in flight), as ``recsys-embedding``'s default.
 INFLIGHT = 16
 
-#: The paper's CPU baseline: batch, latency in ms (section IV-C).
+#: The paper's CPU baseline (section IV-A/C): batch, latency of a batch in ms, latency at
+#: batch 1, the machine and software.
 PAPER_CPU = {"batch": 1024, "latency_ms": 31.72, "label": "CPU 16 vCPU, batch 1024",
-             "clock_mhz": 2300.0}
+             "clock_mhz": 2300.0, "batch1_latency_ms": 7.48,
+             "machine": "Intel Xeon E5-2686 v4 @ 2.30 GHz, 16 vCPU (AVX2), 128 GB DRAM "
+                        "(8 channels), TensorFlow Serving"}
 
 #: The paper's FPGA designs: node clocks (MHz), speed-up over the CPU, latency (us, None where
 #: the paper gives no number), DSPs per node (Table II).
