@@ -23,7 +23,7 @@ TREE = {
     "chamvs": {"demo", "serve", "shard", "size-queues", "bench"},
     "recsys": {"partition", "cluster-sim", "bench"},
     "cluster": {"build", "sim", "bench"},
-    "windve": {"run", "stress", "calibrate"},
+    "windve": {"run", "stress", "calibrate", "cost"},
     "espn": {"index", "bench", "query"},
     "ralm": {"bench", "generate"},
     "bench": {"timing", "tests", "mutation", "sim", "pq-decoder", "lut-builder", "kselect",
@@ -64,7 +64,7 @@ def test_old_command_names_are_hidden_aliases_that_still_run():
         assert cmd.callback is _command(new).callback, old
         assert {p.name for p in cmd.params} == {p.name for p in _command(new).params}
     assert main.commands["demo"] is _command(["chamvs", "demo"])       # visible: make demo
-    assert set(main.commands["serve"].commands) == {"run", "stress", "calibrate"}
+    assert set(main.commands["serve"].commands) == {"run", "stress", "calibrate", "cost"}
 
 
 @pytest.mark.parametrize("old, new", [

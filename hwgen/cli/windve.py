@@ -1,5 +1,5 @@
-"""``hwgen windve run | stress | calibrate``: the WindVE embedding service from the command line
-(``hwgen serve`` is the old name of the group, still working)."""
+"""``hwgen windve run | stress | calibrate | cost``: the WindVE embedding service from the command
+line (``hwgen serve`` is the old name of the group, still working)."""
 
 import asyncio
 import errno
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from .. import checks
 from ..cli_support import log as _log
@@ -31,6 +32,9 @@ MAX_WAIT_MS = 10_000.0
 MAX_CONCURRENCY = 2_000
 #: Largest number of closed-loop rounds per level.
 MAX_ROUNDS = 100
+#: The instances of `stress --compare` and the sweeps on a machine without a GPU or NPU (when
+#: `--devices` is not given): one CPU thread emulates the accelerator, another is the overflow.
+EMULATED_DEVICES = "cpu:1,cpu:1"
 
 
 def _ms(value):
@@ -56,18 +60,59 @@ def parse_depths(text):
     return depths
 
 
-def _plan(devices, heterogeneous):
+def _plan(devices, heterogeneous, pair=False):
+    """The plan of ``--devices`` (or the detected devices), logged; with ``pair`` it must
+    have a main and a CPU overflow queue (ConfigError naming ``devices`` otherwise)."""
     from ..windve import devices as dev
     if devices is not None and not devices.strip():
         raise ConfigError("devices", "is empty; leave the option out to detect the devices, "
                           "or name them, e.g. cpu:1,cpu:1", value=devices)
     instances = dev.parse_devices(devices) if devices else dev.detect()
     plan = dev.plan(instances, heterogeneous)
+    if pair and not plan.auxiliary:
+        raise ConfigError("devices", "needs a main instance and a CPU overflow instance, e.g. "
+                          "cpu:1,cpu:1 (the first emulates the accelerator) or gpu:0,cpu:8",
+                          value=devices)
     for line in dev.describe(plan):
         _log(line)
     if plan.note:
         _log(plan.note)
     return plan
+
+
+def _pair_plan(devices):
+    """A plan with a main and a CPU queue, and the ``--devices`` text its services take:
+    ``devices``, or without it the detected devices, or on a machine with no GPU or NPU
+    :data:`EMULATED_DEVICES` (said in the log)."""
+    from ..windve import devices as dev
+    if devices is None and not any(i.accelerator and i.usable for i in dev.detect()):
+        devices = EMULATED_DEVICES
+        _log(f"no GPU or NPU on this machine: one CPU thread emulates the accelerator "
+             f"(as --devices {EMULATED_DEVICES})")
+    return _plan(devices, True, pair=True), devices
+
+
+def _who(instances):
+    """``cpu0 (1 thread, emulating the accelerator)``, ``gpu0 (cuda:0)``, ..."""
+    parts = []
+    for i in instances:
+        what = (f"{i.threads} thread{'s' if i.threads != 1 else ''}" if i.kind == "cpu"
+                and i.threads else i.torch_device)
+        parts.append(f"{i.name} ({what}" + (f", EMULATING the {i.emulates}" if i.emulates
+                                              else "") + ")")
+    return " + ".join(parts)
+
+
+def _int_list(name, text):
+    """``"16,64,256"`` -> [16, 64, 256]; ConfigError naming ``name`` otherwise."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(name, "expected a comma-separated list of integers",
+                          value=text) from None
+    if not values:
+        raise ConfigError(name, "needs at least one value", value=text)
+    return values
 
 
 def _check_port(host, port):
@@ -194,14 +239,31 @@ def _levels(text):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="PNG of latency against concurrency, main-only and heterogeneous.")
+@click.option("--compare", is_flag=True, help="The paper's comparison in one run, on "
+              "services this command starts (no --url): main only at its best depth (its "
+              "largest concurrency within --slo), then heterogeneous at that same main depth "
+              "plus the CPU queue; prints both and the gain.")
+@click.option("--devices", help="With --compare: the instances, as for `hwgen windve run`; "
+              "default: detect (GPU main, CPU overflow), or on a machine without GPU or NPU "
+              f"{EMULATED_DEVICES} (the first CPU thread emulates the accelerator).")
+@click.option("--calibration", type=click.Path(dir_okay=False), help="With --compare: a "
+              "`hwgen windve calibrate --json` report; the searches start at its depths for "
+              "--slo and move in steps of --step.")
+@click.option("--step", type=int, default=8, show_default=True, help="With --compare: the "
+              "searches double from this concurrency (or step by it from --calibration's "
+              "depths), then bisect; 1..2000.")
 @reports_errors
 def serve_stress(url, slo, levels, rounds, burst, clients, per_client, overload_only,
-                 json_path, plot_path):
+                 json_path, plot_path, compare, devices, calibration, step):
     """Closed-loop stress test of a running service: main-only vs heterogeneous; with
-    --burst/--clients also overload, /health latency and /metrics accounting."""
+    --burst/--clients also overload, /health latency and /metrics accounting; with --compare
+    the paper's comparison on services of its own."""
     from ..windve import stress
     _check_inputs([slo], json_path, plot_path)
     checks.at_least("rounds", rounds, 1, MAX_ROUNDS)
+    _check_compare_options(compare)
+    if compare:
+        return _stress_compare(slo, rounds, step, devices, calibration, json_path, plot_path)
     levels = _levels(levels)
     if burst is not None:
         checks.at_least("burst", burst, 1, MAX_CONCURRENCY)
@@ -258,24 +320,112 @@ def serve_stress(url, slo, levels, rounds, burst, clients, per_client, overload_
         sys.exit(1)
 
 
+#: `stress` options that --compare does not take, and the ones only --compare takes.
+_STRESS_ONLY = {"url": "--url", "levels": "--concurrency", "burst": "--burst",
+                "clients": "--clients", "per_client": "--per-client",
+                "overload_only": "--overload-only"}
+_COMPARE_ONLY = {"devices": "--devices", "calibration": "--calibration", "step": "--step"}
+
+
+def _check_compare_options(compare):
+    """Refuse a `stress` option given explicitly that does not apply with/without --compare."""
+    ctx = click.get_current_context()
+    for name, option in (_STRESS_ONLY if compare else _COMPARE_ONLY).items():
+        if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+            raise ConfigError(option.lstrip("-"), "does not apply with --compare, which "
+                              "starts services of its own" if compare else
+                              "applies with --compare only")
+
+
+def _stress_compare(slo, rounds, step, devices, calibration, json_path, plot_path):
+    """``stress --compare`` (see :mod:`hwgen.windve.compare`)."""
+    from ..windve import compare, stress
+    from ..windve.calibrate import read_calibration
+    from ..windve.devices import allowed_cores
+    checks.at_least("step", step, 1, compare.LIMIT)
+    hint = None
+    if calibration:
+        cal = read_calibration(calibration, slo)
+        if cal["cpu"] is None:
+            raise ConfigError("calibration", "has no cpu device: calibrate with a CPU overflow "
+                              "instance", value=calibration)
+        hint = {"main": cal["main"]["depth"], "cpu": cal["cpu"]["depth"]}
+    plan, service_devices = _pair_plan(devices)
+    emulated = any(i.emulates for i in plan.main)
+    report = compare.compare(
+        slo, stress.default_texts(), step=step, rounds=rounds, hint=hint, progress=_log,
+        start_service=lambda depths, het: compare.ServiceProcess(service_devices, depths, het,
+                                                                 log=_log))
+    accelerator = ("none: EMULATED by a CPU instance (no GPU or NPU in this run)" if emulated
+                   else _who(plan.main))
+    report["devices"] = {"main": _who(plan.main), "cpu": _who(plan.auxiliary),
+                         "accelerator": accelerator, "emulated": emulated,
+                         "devices": service_devices, "cores": len(allowed_cores())}
+    main, het, gain = report["main_only"], report["heterogeneous"], report["gain"]
+
+    def figures(r):
+        seconds = " ".join("" if r[q] is None else f"{q} {r[q]:.3f} s," for q in ("p99", "max"))
+        return (f"concurrency {r['concurrency']}, {r['throughput']:.1f} answers/s, {seconds} "
+                + ("met the SLO" if r["met_slo"] else "MISSED the SLO"))
+
+    click.echo(f"WindVE, the paper's comparison (SLO {slo:g} s, closed loop over HTTP, "
+               f"{rounds} round{'s' if rounds != 1 else ''} a level):")
+    click.echo(f"  main only      depth {main['depth']} (its best):  {figures(main)}")
+    click.echo(f"  heterogeneous  main depth {het['main_depth']} + CPU queue {het['cpu_depth']}:"
+               f"  {figures(het)}")
+    click.echo(f"  gain: concurrency {gain['concurrency_percent']:+.1f}% ({het['cpu_depth']} / "
+               f"{main['depth']}, the paper's concurrency improvement); throughput "
+               f"{gain['throughput_percent']:+.1f}% (answers/s, heterogeneous / main only - 1)")
+    click.echo(f"  main: {report['devices']['main']}; CPU overflow: {report['devices']['cpu']}; "
+               f"accelerator: {accelerator}")
+    _write_outputs(report, json_path, plot_path)
+    if report["ok"] + report["rejected"] + report["errors"] != report["sent"]:
+        click.echo("hwgen: error: answers do not add up to the requests sent", err=True)
+        sys.exit(1)
+
+
+def _write_outputs(report, json_path, plot_path):
+    from ..windve import stress
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
+    if plot_path:
+        stress.plot_stress(report, plot_path)
+        click.echo(f"plot: {plot_path}")
+
+
 @windve.command("calibrate")
-@click.option("--devices", help="As for `hwgen windve run`.")
+@click.option("--devices", help="As for `hwgen windve run`; with a sweep, default: detect, or "
+              f"on a machine without GPU or NPU {EMULATED_DEVICES} (emulated).")
 @click.option("--heterogeneous/--no-heterogeneous", default=True, show_default=True,
               help="Also calibrate the CPU (auxiliary) instances.")
 @click.option("--slo", "slos", type=float, multiple=True, help="SLO in seconds "
               "(repeatable; default 1 and 2, the paper's).")
 @click.option("--max-profile", type=int, default=32, show_default=True,
               help="Largest concurrency profiled for the fit.")
+@click.option("--sweep-lengths", help="Instead of Table 3, the paper's Fig. 5: the depths of "
+              "the main and CPU instances for texts of each of these token counts, 3..256 "
+              "(e.g. 16,64,128,256); writes --json and --plot (default windve-lengths.json and "
+              ".png).")
+@click.option("--sweep-cores", help="Instead of Table 3, the paper's Fig. 6: the main depth "
+              "once, then the CPU instance's with each of these core counts, 1..the cores this "
+              "process may use (e.g. 1,2); 75-token texts; writes --json and --plot (default "
+              "windve-cores.json and .png).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="PNG of latency against concurrency per device with the fitted lines.")
+              help="PNG of latency against concurrency per device with the fitted lines "
+              "(with a sweep: concurrency against the swept quantity).")
 @reports_errors
-def serve_calibrate(devices, heterogeneous, slos, max_profile, json_path, plot_path):
+def serve_calibrate(devices, heterogeneous, slos, max_profile, sweep_lengths, sweep_cores,
+                    json_path, plot_path):
     """Fit t = alpha*C + beta per device, predict the queue depths, compare with a stress
-    test in steps of 8 (the paper's Table 3)."""
+    test in steps of 8 (the paper's Table 3); or sweep query length (Fig. 5) or CPU cores
+    (Fig. 6)."""
     from ..windve import stress
     from ..windve.calibrate import calibrate, plot_calibration
     slos = slos or (1.0, 2.0)
+    if sweep_lengths is not None or sweep_cores is not None:
+        return _calibrate_sweep(devices, heterogeneous, slos, max_profile, sweep_lengths,
+                                sweep_cores, json_path, plot_path)
     _check_inputs(slos, json_path, plot_path)
     checks.at_least("max_profile", max_profile, 2)
     plan = _plan(devices, heterogeneous)
@@ -294,3 +444,112 @@ def serve_calibrate(devices, heterogeneous, slos, max_profile, json_path, plot_p
     if plot_path:
         plot_calibration(result, plot_path)
         click.echo(f"plot: {plot_path}")
+
+
+def _calibrate_sweep(devices, heterogeneous, slos, max_profile, lengths, cores, json_path,
+                     plot_path):
+    """``calibrate --sweep-lengths/--sweep-cores`` (see :mod:`hwgen.windve.sweep`)."""
+    from ..windve import sweep
+    from ..windve.devices import allowed_cores
+    if lengths is not None and cores is not None:
+        raise ConfigError("sweep-cores", "one sweep a run: give --sweep-lengths or "
+                          "--sweep-cores")
+    if not heterogeneous:
+        raise ConfigError("heterogeneous", "a sweep measures the CPU overflow instance too; "
+                          "leave --no-heterogeneous out")
+    kind = "lengths" if lengths is not None else "cores"
+    values = _int_list(f"sweep-{kind}", lengths if lengths is not None else cores)
+    json_path = json_path or f"windve-{kind}.json"
+    plot_path = plot_path or f"windve-{kind}.png"
+    _check_inputs(slos, json_path, plot_path)
+    checks.at_least("max_profile", max_profile, 2)
+    if kind == "lengths":
+        for x in values:
+            checks.at_least("sweep-lengths", x, 3, 256)
+    else:
+        for x in values:
+            checks.at_least("sweep-cores", x, 1, len(allowed_cores()))
+    plan, _ = _pair_plan(devices)
+    run = sweep.sweep_lengths if kind == "lengths" else sweep.sweep_cores
+    report = run(plan, slos, values, max_profile=max_profile, progress=_log)
+    report["accelerator"] = ("none: EMULATED by a CPU instance (no GPU or NPU in this run)"
+                             if any(i.emulates for i in plan.main) else _who(plan.main))
+    report["cores"] = len(allowed_cores())
+    click.echo(f"{report['x_label']:>34}  SLO (s)  original (main alone)  additional (CPU)  "
+               "improvement")
+    for r in report["rows"]:
+        gain = "-" if r["improvement_percent"] is None else f"+{r['improvement_percent']:.1f}%"
+        click.echo(f"{r['x']:>34}  {r['slo']:>7g}  {r['original']:>21}  {r['additional']:>16}  "
+                   f"{gain:>11}")
+    click.echo(f"main: {_who(plan.main)}; CPU: {'; '.join(report['cpu'])}; accelerator: "
+               f"{report['accelerator']}; {report['cores']} cores available to this process")
+    Path(json_path).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    sweep.plot_sweep(report, plot_path)
+    click.echo(f"json: {json_path}\nplot: {plot_path}")
+
+
+@windve.command("cost")
+@click.option("--calibration", type=click.Path(dir_okay=False), help="A `hwgen windve stress "
+              "--compare --json` report (measured throughputs) or a `hwgen windve calibrate "
+              "--json` report (throughputs of the fitted lines); default: the paper's Table 1 "
+              "(bge on a Tesla V100 with two Xeon E5 2690).")
+@click.option("--slo", type=float, help="Seconds: which SLO's depths to take (default: the "
+              "report's first; without --calibration 2, the paper's 18.6%; 1 also works).")
+@click.option("--peak", type=float, default=1000.0, show_default=True,
+              help="N_peak of Eq. 6: simultaneous queries at the peak.")
+@click.option("--qps", type=float, default=100.0, show_default=True,
+              help="N of Eq. 5: queries a second on average.")
+@click.option("--devices-per-instance", type=int, default=1, show_default=True,
+              help="D of Eqs. 5-6.")
+@click.option("--price", type=float, default=1.0, show_default=True,
+              help="P of Eqs. 5-6, the price of a device (the costs print in its units).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False))
+@reports_errors
+def serve_cost(calibration, slo, peak, qps, devices_per_instance, price, json_path):
+    """The paper's cost model (Eqs. 4-6): what the CPU overflow saves, deploying for the peak
+    (maximum concurrency) or for the average load (throughput)."""
+    from ..windve import cost
+    if slo is not None:
+        checks.positive("slo", slo)
+    _check_inputs([], json_path, None)
+    checks.positive("peak", peak)
+    checks.positive("qps", qps)
+    checks.at_least("devices_per_instance", devices_per_instance, 1)
+    checks.positive("price", price)
+    figures = (cost.figures_from_file(calibration, slo) if calibration
+               else cost.paper_figures(2.0 if slo is None else slo))
+    result = cost.costs(figures, peak=peak, qps=qps, devices=devices_per_instance, price=price)
+    _print_cost(result)
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _print_cost(result):
+    f, par, n = result["figures"], result["parameters"], result["n"]
+    c_main, c_cpu = f["main_concurrency"], f["cpu_concurrency"]
+    peak, avg = result["peak"], result["average"]
+    click.echo(f"figures ({f['source']}):")
+    click.echo(f"  SLO {f['slo']:g} s; maximum concurrency main only {c_main}, WindVE {c_main} "
+               f"+ {c_cpu} = {c_main + c_cpu}; throughput main only {f['main_throughput']:.2f}"
+               f", WindVE {f['heterogeneous_throughput']:.2f} queries/s; t_proc "
+               f"{f['t_proc']:.3f} s")
+    click.echo(f"Eq. 6, deploying for the peak (Cost = N_peak / C * D * P; N_peak "
+               f"{par['peak']:g}, D {par['devices_per_instance']}, P {par['price']:g}): main "
+               f"only {peak['main_only']:.3f}, WindVE {peak['heterogeneous']:.3f}: saving "
+               f"{peak['saving_percent']:.1f}% (= C_cpu / (C_main + C_cpu))")
+    click.echo(f"Eq. 4: n = floor((SLO - t_proc) / t_proc) = floor(({f['slo']:g} - "
+               f"{f['t_proc']:.3f}) / {f['t_proc']:.3f}) = {n}")
+    if avg["saving_percent"] is None:
+        click.echo("Eq. 5, deploying for the average: undefined, n = 0 (a lone query takes "
+                   "more than half the SLO)")
+    else:
+        click.echo(f"Eq. 5, deploying for the average (Cost = (N / n) / T * D * P; N "
+                   f"{par['qps']:g} queries/s): main only {avg['main_only']:.3f}, WindVE "
+                   f"{avg['heterogeneous']:.3f}: saving {avg['saving_percent']:.1f}% (= 1 - "
+                   "T_main / T_het)")
+    click.echo(f"gains: concurrency {result['concurrency_gain_percent']:+.1f}% (C_cpu / "
+               f"C_main), throughput {result['throughput_gain_percent']:+.1f}% (T_het / T_main "
+               "- 1; the paper quotes this increase as its average-case saving, where Eq. 5 "
+               "gives the saving above)")
+    click.echo(f"saving: {peak['saving_percent']:.1f}% (Eq. 6, deploying for the peak; the "
+               "paper's 18.6% is this for its Table 1 at 2 s)")

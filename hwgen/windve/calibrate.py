@@ -14,12 +14,14 @@ it meets the SLO). The result is the Table 3 shape.
 import concurrent.futures
 import time
 
+from .. import checks
+from ..errors import ConfigError
 from ..plots import new_axes, save_axes
 from . import estimator
 from .queues import DeviceQueue, Request
 from .workers import start_runners, stop_runners
 
-__all__ = ["Profiler", "calibrate"]
+__all__ = ["Profiler", "calibrate", "fit_role", "read_calibration"]
 
 
 class Profiler:
@@ -54,6 +56,35 @@ class Profiler:
         stop_runners(self.runners, 30)
 
 
+def fit_role(prof, slos, *, max_profile=32, points=5, rounds=2, limit=None, progress=None):
+    """The estimator on one role's :class:`Profiler`: profile ``points`` concurrencies up to
+    ``max_profile`` (after a warm-up), fit ``t = alpha * C + beta`` and, per SLO, predict the
+    depth and check it by one more measurement (lowered until it meets the SLO); ``limit``,
+    when given, caps the depth checked.
+
+    Returns ``{"points": [[C, seconds], ...], "alpha", "beta", "depths": {slo:
+    {"linear_regression", "final"}}}``.
+    """
+    say = progress or (lambda line: None)
+    role = prof.name
+    prof.measure(2)                          # warm-up, not recorded
+    pts = []
+    for c in estimator.profile_points(max_profile, points):
+        t = prof.measure(c, rounds)
+        pts.append([c, t])
+        say(f"{role}: concurrency {c:>4}: {t:.3f} s")
+    alpha, beta = estimator.fit_linear([p[0] for p in pts], [p[1] for p in pts])
+    say(f"{role}: t = {alpha:.5f} * C + {beta:.4f} s")
+    depths = {}
+    for slo in slos:
+        predicted = estimator.predict_depth(alpha, beta, slo)
+        final = predicted if limit is None else min(predicted, limit)
+        while final > 0 and prof.measure(final, rounds) > slo:
+            final -= max(1, final // 16)
+        depths[slo] = {"linear_regression": predicted, "final": final}
+    return {"points": pts, "alpha": alpha, "beta": beta, "depths": depths}
+
+
 def calibrate(plan, slos, texts, *, max_profile=32, points=5, step=8, rounds=2, limit=512,
               progress=None):
     """Profile, fit and stress-test every role of ``plan`` (see module docstring).
@@ -70,34 +101,63 @@ def calibrate(plan, slos, texts, *, max_profile=32, points=5, step=8, rounds=2, 
         say(f"{role}: starting {label} ...")
         prof = Profiler(role, instances, texts)
         try:
-            prof.measure(2)                          # warm-up, not recorded
-            pts = []
-            for c in estimator.profile_points(max_profile, points):
-                t = prof.measure(c, rounds)
-                pts.append([c, t])
-                say(f"{role}: concurrency {c:>4}: {t:.3f} s")
-            alpha, beta = estimator.fit_linear([p[0] for p in pts], [p[1] for p in pts])
-            say(f"{role}: t = {alpha:.5f} * C + {beta:.4f} s")
-            depths = {}
-            for slo in slos:
-                predicted = estimator.predict_depth(alpha, beta, slo)
-                stress, trace = estimator.stress_depth(
+            fit = fit_role(prof, slos, max_profile=max_profile, points=points, rounds=rounds,
+                           limit=limit, progress=say)
+            for slo, depth in fit["depths"].items():
+                depth["stress_test"], depth["stress_trace"] = estimator.stress_depth(
                     lambda c: prof.measure(c, rounds), slo, step=step, limit=limit)
-                final = min(predicted, limit)
-                while final > 0 and prof.measure(final, rounds) > slo:
-                    final -= max(1, final // 16)
-                depths[slo] = {"linear_regression": predicted, "stress_test": stress,
-                               "final": final, "stress_trace": trace}
-                rows.append({"device": f"{role} ({label})", "slo": slo,
-                             "linear_regression": predicted, "stress_test": stress,
-                             "final": final})
-                say(f"{role}: SLO {slo:g} s: regression {predicted}, stress test {stress}, "
-                    f"final {final}")
-            devices.append({"role": role, "instances": [i.name for i in instances],
-                            "points": pts, "alpha": alpha, "beta": beta, "depths": depths})
+                rows.append({"device": f"{role} ({label})", "slo": slo, **{
+                    k: depth[k] for k in ("linear_regression", "stress_test", "final")}})
+                say(f"{role}: SLO {slo:g} s: regression {depth['linear_regression']}, stress "
+                    f"test {depth['stress_test']}, final {depth['final']}")
+            devices.append({"role": role, "instances": [i.name for i in instances], **fit})
         finally:
             prof.close()
     return {"devices": devices, "table": estimator.table3(rows)}
+
+
+def read_calibration(path, slo=None, name="calibration"):
+    """The figures of a ``hwgen windve calibrate --json`` file for one SLO (``slo`` None: the
+    file's first): ``{"slo", "main": {...}, "cpu": {...} or None}``, each role's ``alpha``,
+    ``beta``, ``depth`` (the final depth) and ``instances``. Raises ConfigError naming
+    ``name`` for a file that is not such a report, or ``slo`` for an SLO it has no depths
+    for."""
+    data = checks.read_json(path, name)
+    roles = data.get("devices") if isinstance(data, dict) else None
+    if not isinstance(roles, list) or not roles:
+        raise ConfigError(name, "is not a `hwgen windve calibrate --json` report (no "
+                          "'devices' list)", value=str(path))
+    figures = {"main": None, "cpu": None}
+    for d in roles:
+        try:
+            depths = {float(k): v["final"] for k, v in d["depths"].items()}
+            entry = {"alpha": float(d["alpha"]), "beta": float(d["beta"]),
+                     "instances": list(d["instances"]), "depths": depths}
+            role = d["role"]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ConfigError(name, "has a device entry without role, alpha, beta, instances "
+                              "and depths {SLO: {final}}", value=str(path)) from None
+        if role in figures:
+            figures[role] = entry
+    if figures["main"] is None:
+        raise ConfigError(name, "has no 'main' device", value=str(path))
+    known = sorted(figures["main"]["depths"])
+    if slo is None:
+        if not known:
+            raise ConfigError(name, "has no depths", value=str(path))
+        slo = known[0]
+    if slo not in known:
+        raise ConfigError("slo", f"{path} has depths for the SLOs "
+                          f"{', '.join(f'{k:g}' for k in known) or 'none'} s only", value=slo)
+    for entry in filter(None, figures.values()):
+        if slo not in entry["depths"]:
+            raise ConfigError("slo", f"{path} has no depth for this SLO", value=slo)
+        depth = entry.pop("depths")[slo]
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ConfigError(name, f"has a final depth {depth!r}; expected an integer >= 0",
+                              value=str(path))
+        entry["depth"] = depth
+    return {"slo": slo, **figures}
 
 
 def plot_calibration(result, path):

@@ -43,8 +43,8 @@ from dataclasses import dataclass, replace
 
 from hwgen.errors import ConfigError
 
-__all__ = ["ACCELERATORS", "KINDS", "Instance", "Plan", "describe", "detect", "parse_devices",
-           "plan"]
+__all__ = ["ACCELERATORS", "KINDS", "Instance", "Plan", "allowed_cores", "describe", "detect",
+           "parse_devices", "plan"]
 
 #: Device kinds, in the order instances are listed.
 KINDS = ("gpu", "npu", "fpga", "cpu")
@@ -114,7 +114,7 @@ class Plan:
 
 # -- detection ------------------------------------------------------------------------------------
 
-def _cpu_set():
+def allowed_cores():
     """The cores this process may run on, sorted."""
     try:
         return tuple(sorted(os.sched_getaffinity(0)))
@@ -158,7 +158,7 @@ def detect():
     found = [Instance("gpu", i, torch_device=f"cuda:{i}") for i in range(_cuda_count())]
     found += [Instance("npu", i, torch_device=f"npu:{i}") for i in range(_npu_count())]
     found += [Instance("fpga", i, torch_device=None) for i in range(_fpga_count())]
-    cores = _cpu_set()
+    cores = allowed_cores()
     found.append(Instance("cpu", 0, threads=len(cores), cores=cores, torch_device="cpu"))
     return found
 
@@ -176,7 +176,7 @@ def _parse_cores(text, fail):
         if hi < lo:
             fail(f"cores {text!r}: range {lo}-{hi} is empty")
         cores.update(range(lo, hi + 1))
-    allowed = _cpu_set()
+    allowed = allowed_cores()
     outside = sorted(cores.difference(allowed))
     if outside:
         fail(f"cores {_format_cores(outside)} are not available to this process "

@@ -46,7 +46,7 @@ from ..errors import ConfigError
 from ..plots import new_axes, save_axes
 
 __all__ = ["ROUTE_HEADER", "check_reachable", "closed_loop", "clients_loop", "open_loop",
-           "max_concurrency",
+           "max_concurrency", "ClosedLoops", "describe_level",
            "run_stress", "plot_stress", "default_texts", "counted_answers"]
 
 #: The request header that restricts a request to one queue (``main``: the accelerator).
@@ -160,11 +160,12 @@ async def _closed_loop(client, endpoint, concurrency, texts, route, rounds, slo=
     for r in range(rounds):
         batch = [texts[(r * concurrency + i) % len(texts)] for i in range(concurrency)]
         records += await asyncio.gather(*(_send(client, endpoint, t, headers) for t in batch))
+    seconds = time.perf_counter() - start
     result = {"concurrency": concurrency, "route": route, "rounds": rounds}
     result.update(_summary(records))
     if slo is not None:         # requests answered 200 within the SLO
         result["within_slo"] = sum(1 for status, t in records if status == 200 and t <= slo)
-    result.update(met_slo=None, seconds=time.perf_counter() - start)
+    result.update(met_slo=None, seconds=seconds, throughput=result["ok"] / seconds)
     return result
 
 
@@ -176,11 +177,12 @@ async def closed_loop(url, concurrency, texts, *, route=None, rounds=1, timeout=
     ``X-WindVE-Route`` header when given; ``timeout`` bounds each request (seconds).
 
     Returns ``{"concurrency", "route", "rounds", "sent", "ok", "rejected", "errors",
-    "statuses": {status: count}, "p50", "p99", "max", "mean", "met_slo", "seconds"}``:
-    ``ok``/``rejected`` count 200/429 answers, ``errors`` everything else (so ``ok + rejected
-    + errors == sent``); the latency figures (seconds, nearest-rank percentiles) are over the
-    200 answers, None if there are none; ``met_slo`` is None (:func:`run_stress` fills it);
-    ``seconds`` is the wall time of the whole loop.
+    "statuses": {status: count}, "p50", "p99", "max", "mean", "met_slo", "seconds",
+    "throughput"}``: ``ok``/``rejected`` count 200/429 answers, ``errors`` everything else (so
+    ``ok + rejected + errors == sent``); the latency figures (seconds, nearest-rank
+    percentiles) are over the 200 answers, None if there are none; ``met_slo`` is None
+    (:func:`run_stress` fills it); ``seconds`` is the wall time of the whole loop and
+    ``throughput`` its 200 answers per second (``ok / seconds``).
 
     Raises ConfigError naming the parameter for a URL that is not http(s), empty ``texts``,
     ``concurrency``/``rounds`` not integers >= 1, a ``timeout`` not > 0 or an empty ``route``.
@@ -391,6 +393,55 @@ def max_concurrency(results, slo):
 _ROUTES = (("main_only", "main"), ("heterogeneous", None))
 
 
+def describe_level(key, result):
+    """One progress line for a closed-loop level ``result`` of the route ``key``
+    (``main_only``/``heterogeneous``): counts, latency figures and the SLO verdict."""
+    times = " ".join("-" if result[q] is None else f"{q} {result[q]:.3f} s"
+                     for q in ("p50", "p99", "max"))
+    return (f"{key}: concurrency {result['concurrency']}: {result['ok']}/{result['sent']} ok, "
+            f"{result['rejected']} busy, {result['errors']} errors, "
+            f"{result['within_slo']} within the SLO; {times}: "
+            + ("met" if result["met_slo"] else "missed"))
+
+
+class ClosedLoops:
+    """Closed-loop levels against one service over one connection pool, each judged against
+    ``slo`` (an async context manager)::
+
+        async with ClosedLoops(url, texts, slo, rounds=2) as loops:
+            result = await loops.level(16, route="main")
+
+    :meth:`level` returns a :func:`closed_loop` result with ``within_slo`` and ``met_slo``
+    filled (every request answered 200 within ``slo``). ``connections`` caps the pool (at
+    least the largest concurrency measured, so no request waits for a connection here).
+    Raises ConfigError naming the parameter as :func:`closed_loop` does, or ``slo``.
+    """
+
+    def __init__(self, url, texts, slo, *, rounds=1, timeout=30.0, connections=64):
+        self.endpoint = _check_common(url, texts, None, timeout)
+        self.slo = checks.positive("slo", slo)
+        self.rounds = checks.at_least("rounds", rounds, 1)
+        self.texts = texts
+        self._client = _client(timeout, checks.at_least("connections", connections, 1))
+
+    async def __aenter__(self):
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self._client.__aexit__(*exc)
+
+    async def level(self, concurrency, route=None, rounds=None):
+        """One level: ``rounds`` (default: the loops' ``rounds``) rounds of ``concurrency``
+        simultaneous requests."""
+        checks.at_least("concurrency", concurrency, 1)
+        rounds = self.rounds if rounds is None else checks.at_least("rounds", rounds, 1)
+        result = await _closed_loop(self._client, self.endpoint, concurrency, self.texts,
+                                    route, rounds, self.slo)
+        result["met_slo"] = _meets(result, self.slo)
+        return result
+
+
 async def run_stress(url, slo, concurrencies, texts, *, rounds=1, timeout=30.0, progress=None):
     """Main-only vs heterogeneous maximum concurrency of one service, by closed loops.
 
@@ -411,7 +462,7 @@ async def run_stress(url, slo, concurrencies, texts, *, rounds=1, timeout=30.0, 
     :func:`closed_loop` does.
     """
     checks.positive("slo", slo)
-    endpoint = _check_common(url, texts, None, timeout)
+    _check_common(url, texts, None, timeout)
     checks.at_least("rounds", rounds, 1)
     if isinstance(concurrencies, (str, bytes)) or not hasattr(concurrencies, "__iter__"):
         raise ConfigError("concurrencies", "must be a sequence of integers >= 1",
@@ -422,20 +473,15 @@ async def run_stress(url, slo, concurrencies, texts, *, rounds=1, timeout=30.0, 
     if progress is not None and not callable(progress):
         raise ConfigError("progress", "must be a callable taking one line", value=progress)
     report = {"slo": slo, "rounds": rounds, "levels": {}, "max_concurrency": {}}
-    async with _client(timeout, levels[-1]) as client:
+    async with ClosedLoops(url, texts, slo, rounds=rounds, timeout=timeout,
+                           connections=levels[-1]) as loops:
         for key, route in _ROUTES:
             done, misses = [], 0
             for c in levels:
-                result = await _closed_loop(client, endpoint, c, texts, route, rounds, slo)
-                result["met_slo"] = _meets(result, slo)
+                result = await loops.level(c, route)
                 done.append(result)
                 if progress is not None:
-                    times = " ".join("-" if result[q] is None else f"{q} {result[q]:.3f} s"
-                                     for q in ("p50", "p99", "max"))
-                    progress(f"{key}: concurrency {c}: {result['ok']}/{result['sent']} ok, "
-                             f"{result['rejected']} busy, {result['errors']} errors, "
-                             f"{result['within_slo']} within the SLO; {times}: "
-                             + ("met" if result["met_slo"] else "missed"))
+                    progress(describe_level(key, result))
                 misses = 0 if result["met_slo"] else misses + 1
                 if misses >= MISSES_TO_STOP:
                     break
