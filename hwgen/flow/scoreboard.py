@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import checks
 from ..errors import ConfigError
+from .tools import available_memory
 
 __all__ = ["DRAIN_CYCLES", "Workload", "beat_names", "check_memory", "compare", "normalise",
            "run_folder", "run_name", "timeout_cycles", "workload"]
@@ -115,17 +116,6 @@ def compare(expected, received, names, limit=5):
     return mismatches, examples
 
 
-def _available_bytes():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def _trial_bytes(acc, config, n, options):
     import tracemalloc
     tracemalloc.start()
@@ -147,7 +137,7 @@ def check_memory(acc, config, items, options=None, log=None):
     small, _ = _trial_bytes(acc, config, 200, options)
     large, _ = _trial_bytes(acc, config, 1000, options)
     projected = small + max(0, large - small) / 800 * items * _TESTBENCH_FACTOR
-    available = _available_bytes()
+    available = available_memory()
     if available and projected > 0.8 * available:
         raise ConfigError("items", f"would need about {projected / 2**30:.1f} GiB for the "
                           f"stimulus, golden results and testbench ({available / 2**30:.1f} GiB "

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import ToolError
 
 __all__ = ["cache_dir", "checkout_root", "use_verilator", "yosys_path", "file_lock",
-           "write_atomic"]
+           "write_atomic", "available_memory"]
 
 
 def checkout_root():
@@ -132,3 +132,16 @@ def write_atomic(path, text):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def available_memory():
+    """Bytes of memory available to a new allocation (``MemAvailable`` of ``/proc/meminfo``),
+    or None where that is unknown (not Linux, unreadable)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -108,7 +108,7 @@ def table_chunks(model, golden_limit=GOLDEN_CONTENT_LIMIT):
     for a table of at most ``golden_limit`` elements, else uniform signed values drawn in
     chunks of :data:`CHUNK` with ``numpy.random.default_rng([model.seed, 0x4350, t])``."""
     dtype = element_dtype(model)
-    lo, hi = -(1 << (model.elem_bits - 1)), (1 << (model.elem_bits - 1)) - 1
+    lo, hi = golden.signed_range(model.elem_bits)
     for t, table in enumerate(model.tables):
         n = table.rows * table.dim
         if n <= golden_limit:
@@ -179,13 +179,11 @@ def _mapped_tables(model, directory, golden_limit, log):
     return np.frombuffer(mapped, dtype=dtype, count=n), path, seconds
 
 
-def _available_memory():
-    """Bytes of memory available to a new allocation (``MemAvailable``; None if unknown)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return None
+def _check_tables(tables):
+    """ConfigError naming ``cpu-tables`` unless ``tables`` is one of :data:`TABLE_MODES`."""
+    if tables not in TABLE_MODES:
+        raise ConfigError("cpu-tables", "must be one of " + ", ".join(TABLE_MODES),
+                          value=tables)
 
 
 def table_storage(model, tables="auto", directory=None, golden_limit=GOLDEN_CONTENT_LIMIT,
@@ -199,9 +197,7 @@ def table_storage(model, tables="auto", directory=None, golden_limit=GOLDEN_CONT
     and ``write_s`` (seconds spent writing the file in this call, 0 when reused). ConfigError
     naming ``cpu-tables`` for ``memory`` beyond the available memory.
     """
-    if tables not in TABLE_MODES:
-        raise ConfigError("cpu-tables", "must be one of " + ", ".join(TABLE_MODES),
-                          value=tables)
+    _check_tables(tables)
     dtype = element_dtype(model)
     n = int(_offsets(model)[-1])
     nbytes = n * dtype.itemsize
@@ -214,7 +210,8 @@ def table_storage(model, tables="auto", directory=None, golden_limit=GOLDEN_CONT
         array, path, seconds = _mapped_tables(model, directory, golden_limit, log)
         info.update(path=str(path), write_s=seconds)
         return array, info
-    available = _available_memory()
+    from ..flow.tools import available_memory
+    available = available_memory()
     if available is not None and nbytes > available - (1 << 30):
         raise ConfigError("cpu-tables", f"memory needs {nbytes / 1e9:.1f} GB for the tables, "
                           f"{available / 1e9:.1f} GB available: use mmap", value=tables)
@@ -313,7 +310,7 @@ def random_batch(model, batch, rng):
     signed ``elem_bits`` range (float32)."""
     rows = np.array([t.rows for t in model.tables], dtype=np.int64)
     indices = rng.integers(0, rows, size=(batch, len(rows)))
-    lo, hi = -(1 << (model.elem_bits - 1)), (1 << (model.elem_bits - 1)) - 1
+    lo, hi = golden.signed_range(model.elem_bits)
     dense = rng.integers(lo, hi, size=(batch, model.dense), endpoint=True).astype(np.float32)
     return indices, dense
 
@@ -371,9 +368,7 @@ def check_options(preset_name, batches, seconds, threads, tables):
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or not 1 <= threads <= 256):
         raise ConfigError("threads", "must be an integer in 1..256", value=threads)
-    if tables not in TABLE_MODES:
-        raise ConfigError("cpu-tables", "must be one of " + ", ".join(TABLE_MODES),
-                          value=tables)
+    _check_tables(tables)
 
 
 def run_cpu_baseline(preset_name="paper-ctr", batches=DEFAULT_BATCHES, seconds=1.0,

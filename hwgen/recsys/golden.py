@@ -140,7 +140,8 @@ def mlp(model, x):
 OOB_POLICIES = ("clamp", "flag")
 
 
-def _signed_range(bits):
+def signed_range(bits):
+    """``(lo, hi)``: the range of a ``bits``-bit two's complement integer."""
     return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 
@@ -151,7 +152,7 @@ def table_content(model, t):
     ``elem_bits`` values, about 3% of elements set to the minimum and 3% to the maximum; row 0
     starts with the minimum and the last row alternates maximum and minimum.
     """
-    lo, hi = _signed_range(model.elem_bits)
+    lo, hi = signed_range(model.elem_bits)
     table = model.tables[t]
     rng = np.random.default_rng([model.seed, 0x454D, t])
     x = rng.integers(lo, hi, size=(table.rows, table.dim), endpoint=True)
@@ -177,7 +178,7 @@ def dense_features(model, count, rng):
     rest are uniform over the range with 5% extremes mixed in, every other one scaled down to
     realistic small magnitudes (a rounded normal, sigma 1/16 of the range).
     """
-    lo, hi = _signed_range(model.elem_bits)
+    lo, hi = signed_range(model.elem_bits)
     x = rng.integers(lo, hi, size=(count, model.dense), endpoint=True)
     u = rng.random(x.shape)
     x[u < 0.025] = lo

@@ -48,7 +48,7 @@ from .. import checks
 from ..errors import ConfigError, ToolError
 from .stress import ClosedLoops, describe_level
 
-__all__ = ["LIMIT", "ServiceProcess", "compare", "search_max"]
+__all__ = ["LIMIT", "ServiceProcess", "compare", "free_port", "search_max"]
 
 #: Largest concurrency a search tries (and the depth of an "unbounded" queue).
 LIMIT = 2000
@@ -56,7 +56,8 @@ LIMIT = 2000
 START_SECONDS = 300.0
 
 
-def _free_port():
+def free_port():
+    """A TCP port of 127.0.0.1 that is free now (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -90,7 +91,7 @@ class ServiceProcess:
         return "hwgen " + " ".join(self.args)
 
     def __enter__(self):
-        port = _free_port()
+        port = free_port()
         self._output = tempfile.TemporaryFile(mode="w+")
         self.log(f"starting: {self.command} --port {port}")
         self.proc = subprocess.Popen(
