@@ -225,6 +225,7 @@ def test_help_states_the_caps_and_they_agree_with_the_library():
     assert espn_cli.MAX_COPIES == index_mod.MAX_COPIES
     assert espn_cli.MAX_DOCUMENTS == index_mod.MAX_DOCUMENTS
     assert espn_cli.MAX_CANDIDATES == search.MAX_CANDIDATES
+    assert espn_cli.CANDIDATES == search.CANDIDATES
     assert espn_cli.MAX_CORPUS_MIB << 20 == corpus.MAX_CORPUS_BYTES
     assert espn_cli.DIMS == encoder.DIMS
     help_index = CliRunner().invoke(main, ["espn", "index", "--help"]).output

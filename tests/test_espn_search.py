@@ -17,6 +17,7 @@ pytest.importorskip("gensim")
 from hwgen.errors import ConfigError  # noqa: E402
 from hwgen.espn.host import bench, index as index_mod  # noqa: E402
 from hwgen.espn.host.quality import lee_quality, ndcg_at  # noqa: E402
+from hwgen.espn.host.prefetch import Observed  # noqa: E402
 from hwgen.espn.host.search import (INT8_SCALE, Query, Searcher, ann_steps, maxsim,  # noqa: E402
                                     merge_topk)
 from hwgen.espn.host.store import STORES, open_store  # noqa: E402
@@ -112,6 +113,8 @@ def test_stepped_ann_equals_one_search_and_faiss(built, queries):
 
 
 def test_every_store_and_prefetch_step_equals_in_memory(built, queries):
+    """Every reader, and ESPN at four steps both as it decides here and made to prefetch all
+    that fits (a measured search of 1 s), return the in-memory top-k exactly."""
     ram = open_store("ram", built.tokens_path, built.offsets, built.ntokens, built.dim)
     reference = [Searcher(built, ram, nprobe=4, candidates=40, k=10).search(q)
                  for q in queries]
@@ -120,15 +123,18 @@ def test_every_store_and_prefetch_step_equals_in_memory(built, queries):
                            threads=4)
         steps = (None, 0.05, 0.3, 0.6) if kind == "direct" else (None,)
         with store:
-            for step in steps:
+            for step, forced in [(s, f) for s in steps for f in (False, True)
+                                 if s is not None or not f]:
                 s = Searcher(built, store, nprobe=4, candidates=40, k=10, prefetch_step=step)
+                if forced:
+                    s.observed = Observed(ann=[1.0])
                 for q, ref in zip(queries, reference):
                     r = s.search(q)
-                    assert r.ids.tolist() == ref.ids.tolist(), (kind, step, q.text)
+                    assert r.ids.tolist() == ref.ids.tolist(), (kind, step, forced, q.text)
                     assert r.scores.tolist() == ref.scores.tolist(), (kind, step, q.text)
                     if step is not None:
                         assert r.hits + r.missed == 40 and 0 <= r.hit_rate <= 1
-                        assert 0 < r.prefetched <= 40     # the first lists may hold fewer
+                        assert 0 <= r.hits <= r.prefetched <= 40   # the first lists may hold fewer
     ram.close()
 
 
@@ -241,17 +247,40 @@ def test_cli_query_and_errors(built, tmp_path):
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr
 
 
+#: The methods whose end-to-end p50 the acceptance compares (``budgets[].methods[NAME]``).
+ACCEPTANCE_METHODS = ("in-memory", "ssd", "ssd-sync", "espn@5%", "espn@10%", "espn@30%")
+
+
 def test_cli_index_then_bench_json(tmp_path):
+    """``hwgen espn index DIR && hwgen espn bench DIR --json b.json`` with the defaults (1,000
+    candidates, lowered to the 80 documents with a message): b.json has each method's
+    end-to-end p50, hit rates and equation (4)'s prediction; no latency is asserted."""
     folder = tmp_path / "idx"
     run = _hwgen("espn", "index", "lee", "--out", str(folder), "--limit", "80", "--threads", "2")
     assert run.returncode == 0, run.stderr
     out = tmp_path / "b.json"
     run = _hwgen("espn", "bench", str(folder), "--json", str(out), "--queries", "10",
-                 "--warmup", "2", "--candidates", "20", "--budgets", "none", "--no-lee",
+                 "--warmup", "2", "--budgets", "none", "--no-lee",
                  "--plot", str(tmp_path / "plots"))
     assert run.returncode == 0, run.stderr
+    assert "1,000 candidates asked, the index holds 80 documents" in run.stderr
     report = json.loads(out.read_text())
     assert report["index"]["documents"] == 80 and len(report["budgets"]) == 1
+    assert report["candidates"] == 80 and report["candidates_asked"] == 1000
+    methods = report["budgets"][0]["methods"]
+    for name in ACCEPTANCE_METHODS:
+        assert methods[name]["end_to_end"]["p50"] > 0 and "hit_rate" in methods[name], name
+        assert methods[name]["identical_to_in_memory"], name
+    for name in ACCEPTANCE_METHODS[1:]:
+        assert methods[name]["eq4"]["predicted_fetch_ms"] >= 0, name
+    for name in ACCEPTANCE_METHODS[3:]:
+        eq4 = methods[name]["eq4"]
+        assert {"threshold", "budget_ms", "overhead_ms", "prefetch_pays"} <= set(eq4), name
+        assert 0 <= methods[name]["prefetch"]["queries"] <= 1
+    rates = report["hit_rate"][str(report["nprobe"])]
+    assert {"0.05", "0.1", "0.3"} <= set(rates)
     assert "| espn@30% |" in run.stdout and "hit rate vs prefetch step" in run.stdout
+    assert "equation (4) beside the measurement" in run.stdout
+    assert "min(ssd, ssd-sync) p50" in run.stdout
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "batch.png", "hit_rate.png", "partial.png"]

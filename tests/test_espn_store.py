@@ -4,6 +4,7 @@ background fetch, errors; the cgroup memory budget; the corpora."""
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -64,6 +65,34 @@ def test_fetch_in_background_calls_back_once_per_document(token_file):
         assert sorted(got) == wanted
         assert sorted(seen) == [(d, docs[d].shape[0]) for d in wanted]
         assert store.submit([], urgent=True).wait() == {}
+
+
+def test_fetch_stopped_keeps_what_started_and_reads_nothing_else(token_file):
+    """``stop`` names the documents whose read started; only those are ever read, each once,
+    and ``wait`` on them returns their tokens."""
+    path, offsets, ntokens, docs = token_file
+    with DirectStore(path, offsets, ntokens, DIM, threads=2) as store:
+        reads, read_one = [], store._read_one
+
+        def slow(doc):                       # 5 ms a read: the queue cannot drain in 12 ms
+            reads.append(doc)
+            time.sleep(0.005)
+            return read_one(doc)
+        store._read_one = slow
+        wanted = list(range(40))
+        fetch = store.submit(wanted)
+        time.sleep(0.012)
+        started = fetch.stop()
+        assert 0 < len(started) < len(wanted) and started == wanted[:len(started)]
+        got = fetch.wait(started)
+        assert sorted(got) == sorted(started)
+        for d in started:
+            assert np.array_equal(got[d], docs[d])
+        assert fetch.stop() == started and fetch.wait().keys() == set(started)
+        sync = store.read_sync([7, 3])
+        assert list(sync) == [7, 3] and np.array_equal(sync[3], docs[3])
+    # nothing read after the stop, nothing twice (then the two synchronous reads)
+    assert sorted(reads[:-2]) == sorted(started) and reads[-2:] == [7, 3]
 
 
 def test_read_errors_reach_the_caller(token_file, tmp_path):
@@ -224,3 +253,25 @@ def test_pydoc_corpus_is_deterministic():
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=env, check=True).stdout for _ in range(2)}
     assert len(runs) == 1 and runs.pop().startswith("300 ")
+
+
+def test_python_source_corpus_reads_docstrings_and_comments(tmp_path):
+    """``pysource``: every docstring (private ones too) and each run of comment lines of the
+    library's files, tests left out, in sorted file order; no module is imported."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(
+        '#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n"""Module words here."""\n'
+        '# first comment line\n# second comment line\nimport sys\n\n'
+        'class A:\n    """Class words."""\n    def _f(self):\n        """Private too."""\n'
+        '        return 1  # trailing words\n'
+        'raise SystemExit("importing this would exit")\n')
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "t.py").write_text('"""A test module: left out."""\n')
+    (tmp_path / "broken.py").write_text("def (:\n")
+    got = list(corpus.python_source(tmp_path))
+    assert got == [("Module words here.", "pysource/pkg/mod.py:1"),
+                   ("Class words.", "pysource/pkg/mod.py:8"),
+                   ("Private too.", "pysource/pkg/mod.py:10"),
+                   ("first comment line second comment line", "pysource/pkg/mod.py:4#"),
+                   ("trailing words", "pysource/pkg/mod.py:12#")]
+    assert "pysource" in corpus.EXTRA_CORPORA and "pysource" not in corpus.CORPORA

@@ -17,6 +17,7 @@ __all__ = ["espn"]
 MAX_COPIES = 1000               # hwgen.espn.host.index.MAX_COPIES
 MAX_DOCUMENTS = 1_000_000       # hwgen.espn.host.index.MAX_DOCUMENTS
 MAX_CANDIDATES = 100_000        # hwgen.espn.host.search.MAX_CANDIDATES
+CANDIDATES = 1000               # hwgen.espn.host.search.CANDIDATES (the paper's re-ranking depth)
 MAX_CORPUS_MIB = 64             # hwgen.espn.host.corpus.MAX_CORPUS_BYTES
 DIMS = (16, 32, 64, 128, 384)   # hwgen.espn.host.encoder.DIMS
 
@@ -60,8 +61,9 @@ def espn():
               help="PyTorch threads for the encoder (1..256; default: all).")
 @reports_errors
 def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, seed, threads):
-    """Encode CORPUS (papers, lee, wiki, pydoc, all, A+B, or a .txt/.jsonl file or folder)
-    into an ESPN index folder: token embeddings on disk, IVF index of pooled vectors.
+    """Encode CORPUS (papers, lee, wiki, pydoc, all, pysource, A+B, or a .txt/.jsonl file
+    or folder) into an ESPN index folder: token embeddings on disk, IVF index of pooled
+    vectors. pysource: the standard library's docstrings and comments, read from its source.
 
     CORPUS files must be regular files (no FIFOs, devices or /proc) holding at most
     64 MiB together; a folder at most 10,000 .txt files."""
@@ -97,13 +99,14 @@ def espn_index(corpus, out, dim, nlist, ivf_kind, copies, noise, limit, words, s
 @click.option("--queries", type=int, default=200, show_default=True)
 @click.option("--warmup", type=int, default=50, show_default=True)
 @click.option("--nprobe", type=int, help="IVF lists probed (default: a quarter of them).")
-@click.option("--candidates", type=int, default=100, show_default=True,
-              help=f"Candidates from the ANN that are re-ranked (1..{MAX_CANDIDATES:,}, "
-                   "and at most the index's documents).")
+@click.option("--candidates", type=int, default=CANDIDATES, show_default=True,
+              help=f"Candidates from the ANN that are re-ranked (1..{MAX_CANDIDATES:,}; the "
+                   "paper re-ranks 1,000; lowered, with a message, to the index's documents).")
 @k_option(10, "Passages returned per query.")
 @click.option("--prefetch-steps", "steps", default="0.05,0.1,0.3", show_default=True,
               help="Prefetch steps to measure: fractions of nprobe (delta / eta) after which "
-                   "the prefetch starts.")
+                   "the prefetch may start (each query prefetches only what equation (4) "
+                   "fits in the rest of the search).")
 @alias_option("--prefetch-step", "steps")
 @click.option("--budgets", default="0.25,0.5,1,2", show_default=True,
               help="Memory budgets: fractions of the token file (plus 400 MiB for the "
@@ -159,12 +162,13 @@ def espn_bench(index_dir, json_path, plot_dir, queries, warmup, nprobe, candidat
 @click.option("--store", type=click.Choice(["ram", "mmap", "direct", "direct-sync"]),
               default="direct", show_default=True)
 @click.option("--prefetch-step", type=float, default=0.1, show_default=True,
-              help="Fraction of nprobe (delta / eta) after which the prefetch starts "
-                   "(0: no prefetch).")
+              help="Fraction of nprobe (delta / eta) after which the prefetch may start, "
+                   "when equation (4) says it fits in the rest of the search (0: no "
+                   "prefetch).")
 @click.option("--nprobe", type=int, help="IVF lists probed (default: a quarter of them).")
-@click.option("--candidates", type=int, default=100, show_default=True,
-              help=f"Candidates from the ANN that are re-ranked (1..{MAX_CANDIDATES:,}; "
-                   "an index of fewer documents gives them all).")
+@click.option("--candidates", type=int, default=CANDIDATES, show_default=True,
+              help=f"Candidates from the ANN that are re-ranked (1..{MAX_CANDIDATES:,}; the "
+                   "paper re-ranks 1,000; an index of fewer documents gives them all).")
 @click.option("--rerank-count", type=int, help="Re-rank only the ANN's first k' candidates.")
 @click.option("--rerank", type=click.Choice(["float16", "int8"]), default="float16",
               show_default=True, help="int8: score with the maxsim unit's golden model.")
@@ -190,6 +194,10 @@ def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank
         nprobe = max(1, index.ivf.nlist // 4)
     step = prefetch_step if prefetch_step and store == "direct" else None
     passages = index.passages()          # a damaged index is refused before the model loads
+    if candidates > index.meta["documents"]:
+        click.echo(f"espn query: {candidates:,} candidates asked, the index holds "
+                   f"{index.meta['documents']:,} documents: re-ranking at most "
+                   f"{index.meta['documents']:,}", err=True)
     with open_store(store, index.tokens_path, index.offsets, index.ntokens,
                     index.dim) as reader:
         searcher = Searcher(index, reader, nprobe=nprobe, candidates=candidates, k=k,
@@ -202,6 +210,12 @@ def espn_query(index_dir, text, store, prefetch_step, nprobe, candidates, rerank
         click.echo(f"{rank:3d}. {float(score):9.4f}  {p['source']}"
                    f"{f' (copy {copy})' if copy else ''}: {p['text'][:100]}")
     t = result.times
+    plan = result.plan
     click.echo(f"ANN {1e3 * t['ann']:.2f} ms, after the ANN {1e3 * (t['total'] - t['ann']):.2f} "
                f"ms, {result.bytes_read / 1024:,.0f} KiB read"
-               + (f", prefetch hit rate {100 * result.hit_rate:.0f}%" if step else ""))
+               + ("" if not step else
+                  (f", {result.prefetched} prefetched, hit rate "
+                   f"{100 * result.hit_rate:.0f}%" if result.prefetched else
+                   ", no prefetch")
+                  + f" (eq. (4): budget {1e3 * plan['budget']:.2f} ms, overhead "
+                  f"{1e3 * plan['overhead']:.2f} ms, threshold {plan['threshold']:.2f})"))

@@ -8,6 +8,11 @@ A corpus is named on the command line (``hwgen espn index CORPUS``) by one of
 * ``wiki`` — gensim's English Wikipedia extract (206 articles, wiki markup stripped by gensim),
 * ``pydoc`` — the docstrings of Python's standard library modules, classes and functions,
 * ``all`` — all four, in that order,
+* ``pysource`` — the standard library's source read as text (:func:`python_source`): every
+  docstring of every module, class and function (``ast``, private ones included) and every block
+  of consecutive comment lines (``tokenize``), tests and GUI packages left out; with ``all``
+  (``all+pysource``) it is the largest real corpus here without copies (``pydoc``'s docstrings
+  recur in it and are kept once),
 * a path: a ``.txt`` file (passages separated by blank lines), a ``.jsonl`` file (one
   ``{"text": ...}`` per line) or a folder of ``.txt`` files;
 
@@ -19,8 +24,10 @@ a corpus together hold at most :data:`MAX_CORPUS_BYTES` bytes, a folder at most
 words); passages of fewer than ``min_words`` words are dropped, exact duplicates once kept.
 """
 
+import ast
 import bz2
 import importlib
+import io
 import inspect
 import json
 import os
@@ -28,6 +35,7 @@ import pkgutil
 import re
 import stat
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +43,8 @@ from ... import checks
 from ...errors import ConfigError, ToolError
 
 __all__ = ["Passage", "CORPORA", "load", "check", "lee_documents", "lee_similarities",
-           "papers_dir", "split_passages", "MAX_CORPUS_BYTES", "MAX_CORPUS_FILES"]
+           "papers_dir", "python_source", "split_passages", "EXTRA_CORPORA", "MAX_CORPUS_BYTES",
+           "MAX_CORPUS_FILES"]
 
 #: Most bytes the files named by one corpus spec may hold together (64 MiB).
 MAX_CORPUS_BYTES = 64 << 20
@@ -46,6 +55,9 @@ _PSEUDO = ("/proc", "/sys")
 
 #: Names a corpus may be given by, in the order ``all`` loads them.
 CORPORA = ("papers", "lee", "wiki", "pydoc")
+#: Corpora by name that ``all`` leaves out (``all`` keeps the passages the README's copied
+#: stress index was built from).
+EXTRA_CORPORA = ("pysource",)
 
 
 @dataclass(frozen=True)
@@ -174,7 +186,64 @@ def _pydoc():
                 yield doc, f"pydoc/{qual}"
 
 
-_LOADERS = {"papers": _papers, "lee": _lee, "wiki": _wiki, "pydoc": _pydoc}
+#: Parts of the standard library's tree that ``pysource`` leaves out: tests (their strings are
+#: data, not prose), GUI and demo packages, installed packages.
+_SOURCE_SKIP = ("test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3",
+                "site-packages", "dist-packages", "__pycache__")
+
+
+def _comment_blocks(source):
+    """``(first line, text)`` of each run of comment lines on consecutive lines of
+    ``source``; ``#!`` and coding lines are left out."""
+    blocks, last = [], None
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type != tokenize.COMMENT:
+            continue
+        row = tok.start[0]
+        text = tok.string.lstrip("#").strip()
+        if row <= 2 and (tok.string.startswith("#!") or "coding" in text):
+            continue
+        if blocks and row == last + 1:
+            blocks[-1][1].append(text)
+        else:
+            blocks.append((row, [text]))
+        last = row
+    return [(row, " ".join(lines)) for row, lines in blocks]
+
+
+def python_source(root=None):
+    """``(text, source)`` of the standard library's docstrings and comment blocks, file by file
+    in sorted order, each file's docstrings (in ``ast.walk`` order) before its comments;
+    ``root``: the library folder (default: the running Python's). A file that does not parse
+    is skipped."""
+    root = Path(os.__file__).parent if root is None else Path(root)
+    files = sorted(p for p in root.rglob("*.py")
+                   if not any(part in _SOURCE_SKIP or part.startswith("test_")
+                              for part in p.relative_to(root).parts))
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+            comments = _comment_blocks(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError, tokenize.TokenError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                 ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc:
+                    yield doc, f"pysource/{rel}:{getattr(node, 'lineno', 1)}"
+        for line, text in comments:
+            yield text, f"pysource/{rel}:{line}#"
+
+
+def _pysource():
+    return python_source()
+
+
+_LOADERS = {"papers": _papers, "lee": _lee, "wiki": _wiki, "pydoc": _pydoc,
+            "pysource": _pysource}
 
 
 def _checked_file(path):
@@ -210,8 +279,8 @@ def _path_files(part):
 def _parts(spec):
     """``spec`` split on ``+`` with ``all`` expanded, each part a name or a list of files."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError("corpus", "give a name (" + ", ".join(CORPORA + ("all",)) +
-                          ") or a path")
+        raise ConfigError("corpus", "give a name (" +
+                          ", ".join(CORPORA + EXTRA_CORPORA + ("all",)) + ") or a path")
     parts, total = [], 0
     for part in spec.split("+"):
         if part == "all":
@@ -285,6 +354,6 @@ def load(spec, words=80, min_words=8, limit=None):
 
 
 if __name__ == "__main__":       # python -m hwgen.espn.host.corpus NAME: passage counts
-    for name in sys.argv[1:] or CORPORA:
+    for name in sys.argv[1:] or CORPORA + EXTRA_CORPORA:
         found = load(name)
         print(name, len(found), sum(len(p.text.split()) for p in found))

@@ -31,10 +31,14 @@ def tables(report):
     out = []
     idx = report["index"]
     mem = report["memory"]
+    asked = report.get("candidates_asked", report["candidates"])
     out += [f"index: {idx['documents']:,} documents ({idx['passages']:,} passages x "
             f"{idx['copies']} copies) of {idx['corpus']!r}, {idx['tokens']:,} tokens of "
             f"{idx['dim']} float16; nprobe {report['nprobe']}/{report['nlist']}, "
-            f"{report['candidates']} candidates, top {report['k']}, {report['queries']} queries",
+            f"{report['candidates']:,} candidates"
+            + (f" ({asked:,} asked; the index holds {report['candidates']:,} documents)"
+               if asked != report["candidates"] else "")
+            + f", top {report['k']}, {report['queries']} queries",
             f"query encoding (MiniLM on the CPU): p50 {report['encode_ms']['p50']:.2f} ms, "
             f"p99 {report['encode_ms']['p99']:.2f} ms",
             "",
@@ -51,9 +55,13 @@ def tables(report):
     for b in budgets:
         methods += [m for m in b["methods"] if m not in methods]
     head = "| method | " + " | ".join(f"{b['label']} p50 / p99" for b in budgets) + \
-        " | bytes/query | hit rate | top-k = in-memory |"
-    out += ["", "end-to-end latency per query (ms; encoding + ANN + embedding access + MaxSim):",
-            head, "|" + " --- |" * (len(budgets) + 4)]
+        " | bytes/query | hit rate | prefetching queries | top-k = in-memory |"
+    reranked = next((row["reranked_per_query"] for b in budgets
+                     for row in b["methods"].values() if "reranked_per_query" in row), None)
+    out += ["", "end-to-end latency per query (ms; encoding + ANN + embedding access + MaxSim)"
+            + (f"; {reranked:,.0f} candidates re-ranked per query on average"
+               if reranked is not None else "") + ":",
+            head, "|" + " --- |" * (len(budgets) + 5)]
     for m in methods:
         cells, last = [], None
         for b in budgets:
@@ -62,13 +70,17 @@ def tables(report):
                          f"{row['end_to_end']['p50']:.2f} / {row['end_to_end']['p99']:.2f}")
             last = row if "error" not in row else last
         if last is None:
-            out.append(f"| {m} | " + " | ".join(cells) + " | | | |")
+            out.append(f"| {m} | " + " | ".join(cells) + " | | | | |")
             continue
         hit = "" if last["hit_rate"] is None else f"{100 * last['hit_rate']:.1f}%"
+        pf = last.get("prefetch")
+        prefetching = "" if pf is None else (f"{100 * pf['queries']:.0f}% "
+                                             f"({pf['documents_per_query']:,.0f} docs)")
         same = last.get("identical_to_in_memory")
         out.append(f"| {m} | " + " | ".join(cells) +
-                   f" | {last['bytes_per_query'] / 1024:,.0f} KiB | {hit} | "
+                   f" | {last['bytes_per_query'] / 1024:,.0f} KiB | {hit} | {prefetching} | "
                    f"{'-' if same is None else ('yes' if same else 'NO')} |")
+    out += [""] + _against_ssd(budgets) + [""] + _eq4_table(budgets)
     out += ["", "retrieval only (ms, without query encoding), p50 / p99, and the part after "
             "the ANN (embedding access + MaxSim on the critical path), p50:",
             "| method | " + " | ".join(b["label"] for b in budgets) + " | after ANN p50 |",
@@ -103,11 +115,15 @@ def tables(report):
     b = report["batch"]
     out += ["", f"batch size (Fig. 8; prefetch step {100 * b['step']:g}%, budget "
             f"{b['prefetch_budget_ms']:.2f} ms = one query's remaining probes): critical-path "
-            "embedding access (ms)", "| batch | DRAM | SSD | ESPN | bytes |",
-            "| --- | --- | --- | --- | --- |"]
+            "embedding access (ms); ESPN prefetches the share of the batch's first-step "
+            "candidates that equation (4) fits in the budget",
+            "| batch | DRAM | SSD | ESPN | ESPN predicted | eq. (4) threshold (queries) | "
+            "prefetched | bytes |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in b["rows"]:
         out.append(f"| {r['batch']} | {r['dram_ms']:.2f} | {r['ssd_ms']:.2f} | "
-                   f"{r['espn_ms']:.2f} | {r['bytes'] / 2**20:.1f} MiB |")
+                   f"{r['espn_ms']:.2f} | {r['predicted_espn_ms']:.2f} | "
+                   f"{r['threshold']:.2f} | {100 * r['prefetch_share']:.0f}% | "
+                   f"{r['bytes'] / 2**20:.1f} MiB |")
     thr = b["batch_threshold_eq4"]
     out.append(f"  measured SSD bandwidth {b['ssd_bandwidth_bytes_per_s'] / 2**20:,.0f} MiB/s; "
                f"eq. (4) batch threshold = {thr:.1f}" if thr else "")
@@ -125,6 +141,52 @@ def tables(report):
         for name, v in lee.items():
             if isinstance(v, dict):
                 out.append(f"| {name} | {v['spearman']:.4f} | {v['ndcg10']:.4f} |")
+    return out
+
+
+def _against_ssd(budgets):
+    """Each ESPN method's end-to-end p50 over the better SSD method's, per budget."""
+    out = ["ESPN end-to-end p50 / min(ssd, ssd-sync) p50 (goal: at most 1.05):"]
+    for b in budgets:
+        rows = b["methods"]
+        ssd = [rows[m]["end_to_end"]["p50"] for m in ("ssd", "ssd-sync")
+               if m in rows and "error" not in rows[m]]
+        espn = {m: row["end_to_end"]["p50"] for m, row in rows.items()
+                if m.startswith("espn@") and "error" not in row}
+        if ssd and espn:
+            alone = min(rows[m]["retrieval"]["p50"] for m in ("ssd", "ssd-sync")
+                        if m in rows and "error" not in rows[m])
+            out.append(f"  {b['label']}: " + ", ".join(
+                f"{m} {v / min(ssd):.3f} (retrieval alone "
+                f"{rows[m]['retrieval']['p50'] / alone:.3f})" for m, v in espn.items()))
+    return out
+
+
+def _eq4_table(budgets):
+    """Equation (4)'s prediction beside the measured critical-path reads (first budget)."""
+    rows = {m: row for m, row in budgets[0]["methods"].items() if "eq4" in row} if budgets \
+        else {}
+    if not rows:
+        return []
+    out = [f"equation (4) beside the measurement ({budgets[0]['label']}): budget = median "
+           "search time without a prefetch x (1 - step); overhead = what a prefetch in flight "
+           "added to the search; threshold = BW x (budget - latency) / bytes of the "
+           "re-ranked candidates (queries whose prefetch fits); reads on the critical path "
+           "predicted by the store's measured latency + bytes / bandwidth",
+           "| method | budget | overhead | threshold | fits | hit rate (Fig. 7) | "
+           "prefetch pays | reads predicted | reads measured p50 | prefetching queries |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for m, row in rows.items():
+        e = row["eq4"]
+        if "threshold" not in e:
+            out.append(f"| {m} | | | | | | | {e['predicted_fetch_ms']:.2f} ms | "
+                       f"{e['measured_fetch_ms']:.2f} ms | |")
+            continue
+        out.append(f"| {m} | {e['budget_ms']:.2f} ms | {e['overhead_ms']:.2f} ms | "
+                   f"{e['threshold']:.3f} | {100 * e['share_fits']:.0f}% | "
+                   f"{100 * e['hit_rate']:.1f}% | {'yes' if e['prefetch_pays'] else 'no'} | "
+                   f"{e['predicted_fetch_ms']:.2f} ms | {e['measured_fetch_ms']:.2f} ms | "
+                   f"{100 * row['prefetch']['queries']:.0f}% |")
     return out
 
 

@@ -3,13 +3,16 @@
 One query (paper §4):
 
 1. the query's pooled vector probes the ``nprobe`` (η) nearest IVF lists of the faiss index for
-   the top ``candidates`` documents by inner product;
-2. with a ``prefetch_step`` (δ/η), the lists are probed in two steps: after the first δ lists
-   the current top candidates' token embeddings are requested from the store in the background
-   (§4.2) while the other lists are probed; each prefetched document is scored by MaxSim as it
-   arrives (early re-ranking, §4.3);
-3. once the search ends, only the final candidates the prefetch missed are read (the critical
-   path) and scored; early and late scores are merged and sorted;
+   the top ``candidates`` documents by inner product (1,000 by default, as the paper);
+2. with a ``prefetch_step`` (δ/η), and when equation (4) says the prefetch can be hidden
+   (:mod:`.prefetch`), the lists are probed in two steps: after the first δ lists the token
+   embeddings of the best current candidates that fit the prefetch budget are requested from
+   the store in the background (§4.2) while the other lists are probed; each prefetched
+   document is scored by MaxSim as it arrives (early re-ranking, §4.3);
+3. once the search ends, the prefetch is stopped and only the final candidates whose read had
+   not started are read (the critical path), the faster of the store's two ways, and scored;
+   early and late scores are merged and sorted. Without a prefetch that fits, the query reads
+   as the faster SSD method does;
 4. ``rerank`` = k' re-ranks only the first k' candidates of the ANN order (partial re-ranking,
    §4.4); the others are not read at all.
 
@@ -25,6 +28,7 @@ norm): the re-ranking a MaxSim unit beside the SSD would compute.
 import threading
 import time
 from dataclasses import dataclass, field
+from statistics import median
 
 import numpy as np
 
@@ -32,14 +36,17 @@ from ...errors import ConfigError
 from ...lib import topk
 from ...lib.quant import quantize
 from ..golden import maxsim_scores
+from .prefetch import Observed, decide, measure, prefetch_budget
 
 __all__ = ["maxsim", "maxsim_int8", "Query", "Result", "Searcher", "ann_steps", "merge_topk",
-           "INT8_INV_SCALE", "INT8_SCALE", "MAX_CANDIDATES"]
+           "INT8_INV_SCALE", "INT8_SCALE", "MAX_CANDIDATES", "CANDIDATES"]
 
 #: Most candidates one query may take from the ANN (``--candidates``): faiss allocates a
 #: score and an id per candidate and query before it searches. Fewer are taken when the index
 #: holds fewer documents.
 MAX_CANDIDATES = 100_000
+#: Candidates re-ranked per query by default: the paper's 1,000 (§4.4, Fig. 6).
+CANDIDATES = 1000
 
 #: Integers per unit of the int8 token quantisation (unit-norm vectors: every element is in
 #: [-1, 1]): the reciprocal of the step ``scale`` of :func:`hwgen.lib.quant.quantize`.
@@ -100,8 +107,11 @@ class Result:
 
     ``ids``/``scores``: the top-k, best first. ``times``: seconds per stage (``ann``: the whole
     probe; ``fetch``: waiting for token embeddings after the probe, the critical path;
-    ``rerank``: MaxSim after the probe; ``total``). ``prefetched``/``hits``/``missed``: counts
-    of documents; ``bytes_read``: from the token file."""
+    ``rerank``: MaxSim after the probe; ``total``). ``prefetched``: documents whose prefetch
+    read started; ``hits``: final candidates among them; ``missed``: final candidates read
+    after the search; ``bytes_read``: from the token file. ``plan``: the prefetch decision
+    when the query prefetched (``budget`` seconds, ``fit`` documents of the first step's
+    candidates that fit it, equation (4)'s ``threshold`` for all of them), else empty."""
     ids: np.ndarray
     scores: np.ndarray
     candidates: np.ndarray
@@ -110,6 +120,7 @@ class Result:
     hits: int = 0
     missed: int = 0
     bytes_read: int = 0
+    plan: dict = field(default_factory=dict)
 
     @property
     def hit_rate(self):
@@ -158,14 +169,42 @@ def ann_steps(ivf, pooled, nprobe, candidates, split=None):
 class Searcher:
     """ESPN's pipeline over an :class:`~hwgen.espn.host.index.Index` and a store reader.
 
-    Parameters: ``nprobe`` (η lists), ``candidates`` (documents from the ANN), ``k`` (results),
-    ``prefetch_step`` (δ/η in (0, 1), None: no prefetch), ``rerank`` (k': re-rank only the ANN's
-    first k' candidates; None: all), ``precision`` (``"float16"`` or ``"int8"``).
+    Parameters: ``nprobe`` (η lists), ``candidates`` (documents from the ANN, all re-ranked;
+    the paper's :data:`CANDIDATES` by default, fewer when the index holds fewer), ``k``
+    (results), ``prefetch_step`` (δ/η in (0, 1), None: no prefetch), ``rerank`` (k': re-rank
+    only the ANN's first k' candidates; None: all), ``precision`` (``"float16"`` or
+    ``"int8"``), ``read_model`` (a :class:`~hwgen.espn.host.prefetch.ReadModel` of the store;
+    measured on it by default when prefetching).
+
+    Without a prefetch step every query searches, then reads all its re-ranked candidates with
+    the store's ``read`` and scores them (the ``ssd``, ``ssd-sync``, ``mmap`` and in-memory
+    methods). With one, each query decides from quantities measured here (:meth:`plan`):
+
+    * the **budget** (equations 2-3): the median time of the last searches that ran without a
+      prefetch, x (1 - step);
+    * the **overhead**: the median time that a prefetch in flight added to the search (its
+      start and its threads competing with the search for the cores);
+    * the **room**: budget - overhead; equation (4) with the store's measured bandwidth and
+      latency (:class:`ReadModel`) gives the best-ranked candidates whose reads fit in it;
+    * the **saving**: the measured share of prefetched documents that were re-ranked x the time
+      their reads would take on the critical path.
+
+    When nothing fits or the saving does not exceed the overhead, the query runs exactly as the
+    faster SSD method (one search, then every candidate read one after another or ``threads``
+    at once, whichever the ``ReadModel`` predicts faster, then scored). Otherwise the lists
+    are probed in two steps; after the first δ the candidates that fit are prefetched and
+    scored by MaxSim as they arrive (early re-ranking); when the search ends the prefetch is
+    stopped: reads not yet started are dropped, the final candidates whose read started are
+    reused (waited for if in flight), and only the others are read, the faster way, and scored.
+    No document is read twice. Before the first query the medians are seeded by three searches
+    at the IVF's first centroids, alone and with a prefetch in flight.
+
     Prefetching needs a store with ``submit`` (:class:`~hwgen.espn.host.store.DirectStore`).
     """
 
-    def __init__(self, index, store, nprobe=16, candidates=100, k=10, prefetch_step=None,
-                 rerank=None, precision="float16"):
+    def __init__(self, index, store, nprobe=16, candidates=None, k=10, prefetch_step=None,
+                 rerank=None, precision="float16", read_model=None):
+        candidates = CANDIDATES if candidates is None else candidates
         for name, value in (("nprobe", nprobe), ("candidates", candidates), ("k", k)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, "must be a positive integer", value=value)
@@ -190,6 +229,12 @@ class Searcher:
         self.candidates = min(candidates, max(1, int(index.ivf.ntotal)))
         self.prefetch_step, self.rerank, self.precision = prefetch_step, rerank, precision
         self._prepare, self._score = _SCORERS[precision]
+        self.model = None
+        #: what the prefetch decisions are made from (:class:`~.prefetch.Observed`)
+        self.observed = Observed()
+        if prefetch_step is not None:
+            self.model = read_model if read_model is not None else measure(store)
+            self._calibrate()
 
     @property
     def split(self):
@@ -198,10 +243,61 @@ class Searcher:
             return None
         return max(1, int(round(self.prefetch_step * self.nprobe)))
 
+    def _calibrate(self):
+        """Seed :attr:`observed`: searches at the IVF's first three centroids alone, then
+        again with a prefetch of random documents that fit their budget in flight."""
+        ivf, seen = self.index.ivf, self.observed
+        count = self.rerank or self.candidates
+        probes = [ivf.quantizer.reconstruct(c % ivf.nlist).reshape(1, -1) for c in range(3)]
+        for p in probes:
+            t0 = time.perf_counter()
+            ann_steps(ivf, p, self.nprobe, self.candidates)
+            seen.plain(time.perf_counter() - t0, count)
+        if self.split >= self.nprobe:
+            return
+        prepared = self._prepare(np.full((8, self.index.dim), self.index.dim ** -0.5,
+                                         np.float16))
+        budget = prefetch_budget(median(seen.ann), self.prefetch_step)
+        rng = np.random.default_rng(0)
+        for p in probes:
+            docs = rng.permutation(len(self.store.offsets))[:count]
+            fit = self.model.fitting(self.store.extents[docs], budget)
+            if fit < 1:
+                return
+            t0 = time.perf_counter()
+            _, finish = ann_steps(ivf, p, self.nprobe, self.candidates, split=self.split)
+            fetch = self.store.submit(docs[:fit], on_arrival=lambda d, t:
+                                      self._score(prepared, t))
+            finish()
+            elapsed = time.perf_counter() - t0
+            fetch.stop()
+            fetch.wait()
+            seen.overhead.append(max(0.0, elapsed - median(seen.ann)))
+
+    def plan(self):
+        """The next query's prefetch decision (:func:`~.prefetch.decide` on
+        :attr:`observed`), with ``prefetch`` False when the step leaves no lists after the
+        split; None without a prefetch step."""
+        if self.prefetch_step is None:
+            return None
+        plan = decide(self.observed, self.prefetch_step, self.model,
+                      self.store.file_bytes / max(1, len(self.store.offsets)),
+                      self.rerank or self.candidates)
+        plan["prefetch"] = plan["prefetch"] and self.split < self.nprobe
+        return plan
+
     def _reranked(self, top):
         """The candidates that get re-ranked: all, or the first k' of the ANN order."""
         ids = top[1]
         return ids if self.rerank is None else ids[:self.rerank]
+
+    def _read(self, docs):
+        """``{doc: tokens}`` of ``docs`` read now: the store's ``read``, or for ESPN the
+        faster of reading one after another and ``threads`` at once (:class:`ReadModel`)."""
+        if self.model is not None and self.model.best(
+                int(self.store.extents[np.asarray(docs, np.int64)].sum())) == "sync":
+            return self.store.read_sync(docs)
+        return self.store.read(docs)
 
     def _finish(self, scores, reranked, result, started, t_ann):
         ids = np.asarray(reranked, np.int64)
@@ -217,44 +313,68 @@ class Searcher:
         store = self.store
         before = store.bytes_read
         started = time.perf_counter()
-        scores = {}
         prepared = self._prepare(query.tokens)
-        if self.split is None or self.split >= self.nprobe:
+        plan = self.plan()
+        if plan is None or not plan["prefetch"]:
             top = ann_steps(self.index.ivf, query.pooled[None], self.nprobe, self.candidates)[0]
             t_ann = time.perf_counter() - started
             reranked = self._reranked(top)
             t0 = time.perf_counter()
-            tokens = store.read(reranked)
+            tokens = self._read(reranked)
             result = Result(None, None, top[1], {"ann": t_ann,
                                                  "fetch": time.perf_counter() - t0},
                             missed=len(reranked))
-            for d in reranked:
-                scores[int(d)] = self._score(prepared, tokens[int(d)])
+            scores = {int(d): self._score(prepared, tokens[int(d)]) for d in reranked}
         else:
-            lock = threading.Lock()
-
-            def early(doc, tokens):            # runs in a reading thread as each doc arrives
-                s = self._score(prepared, tokens)
-                with lock:
-                    scores[doc] = s
-
-            first, finish = ann_steps(self.index.ivf, query.pooled[None], self.nprobe,
-                                      self.candidates, split=self.split)
-            guess = self._reranked(first[0])
-            fetch = store.submit(guess, on_arrival=early)
-            top = finish()[0]
-            t_ann = time.perf_counter() - started
-            reranked = self._reranked(top)
-            wanted = set(int(d) for d in guess)
-            missing = [int(d) for d in reranked if int(d) not in wanted]
-            t0 = time.perf_counter()
-            late = store.submit(missing, on_arrival=early, urgent=True) if missing else None
-            fetch.wait()
-            if late is not None:
-                late.wait()
-            result = Result(None, None, top[1], {"ann": t_ann,
-                                                 "fetch": time.perf_counter() - t0},
-                            prefetched=len(guess), hits=len(reranked) - len(missing),
-                            missed=len(missing))
+            scores, reranked, result, t_ann = self._prefetching(query, prepared, plan,
+                                                                started)
+        if plan is not None:
+            self._learn(result, t_ann, len(reranked))
+            plan["threshold"] = self.model.threshold(
+                plan["budget"], int(store.extents[np.asarray(reranked, np.int64)].sum()))
+            result.plan = plan
         result.bytes_read = store.bytes_read - before
         return self._finish(scores, reranked, result, started, t_ann)
+
+    def _learn(self, result, t_ann, count):
+        """Add this query's search time and prefetch outcome to :attr:`observed`."""
+        if result.prefetched:
+            self.observed.prefetched(t_ann, count, result.prefetched, result.hits)
+        else:
+            self.observed.plain(t_ann, count)
+
+    def _prefetching(self, query, prepared, plan, started):
+        """The prefetching query of the class docstring: ``(scores, reranked, result, ANN
+        seconds)``."""
+        store = self.store
+        lock = threading.Lock()
+        scores = {}
+
+        def early(doc, tokens):            # runs in a reading thread as each doc arrives
+            s = self._score(prepared, tokens)
+            with lock:
+                scores[doc] = s
+
+        first, finish = ann_steps(self.index.ivf, query.pooled[None], self.nprobe,
+                                  self.candidates, split=self.split)
+        guess = np.asarray(self._reranked(first[0]), np.int64)
+        fit = self.model.fitting(store.extents[guess], plan["room"])
+        fetch = store.submit(guess[:fit], on_arrival=early) if fit else None
+        top = finish()[0]
+        t_ann = time.perf_counter() - started
+        reranked = [int(d) for d in self._reranked(top)]
+        read = set(fetch.stop()) if fetch is not None else set()
+        hits = [d for d in reranked if d in read]
+        missing = [d for d in reranked if d not in read]
+        t0 = time.perf_counter()
+        tokens = self._read(missing) if missing else {}
+        if fetch is not None:
+            fetch.wait(hits)
+        fetched = time.perf_counter() - t0
+        late = {d: self._score(prepared, tokens[d]) for d in missing}
+        with lock:
+            scores.update(late)
+        plan["fit"] = fit
+        result = Result(None, None, top[1], {"ann": t_ann, "fetch": fetched},
+                        prefetched=len(read), hits=len(hits), missed=len(missing))
+        return scores, reranked, result, t_ann

@@ -15,8 +15,10 @@ Readers, all over the same file and returning the same arrays (``{doc: float16 (
   document's blocks into page-aligned buffers, issued by a pool of threads (``os.preadv`` releases
   the GIL, so ``threads`` requests are in flight at once; 4 by default, what measured best
   on 2 cores) — the asynchronous path; ``submit``
-  returns a :class:`Fetch` whose documents arrive in the background. With ``threads=1`` and
-  :meth:`DirectStore.read` it is the synchronous baseline. io_uring is not used: Python's standard
+  returns a :class:`Fetch` whose documents arrive in the background and which can be stopped
+  (the reads not yet started are dropped, the others reused). With ``threads=1`` and
+  :meth:`DirectStore.read` (or :meth:`DirectStore.read_sync` on any store) it is the
+  synchronous baseline. io_uring is not used: Python's standard
   library has no binding for it and none is installed here; a thread pool of ``pread`` is the
   issue's stated fallback.
 """
@@ -24,6 +26,7 @@ Readers, all over the same file and returning the same arrays (``{doc: float16 (
 import mmap
 import os
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -89,6 +92,9 @@ class _Store:
         self.ntokens = np.asarray(ntokens, np.int32)
         self.bytes_read = 0          # bytes transferred from the file by reads since creation
         self.file_bytes = os.path.getsize(self.path)
+        #: bytes each document's read transfers (its whole blocks), as :meth:`extent`
+        self.extents = -(-np.maximum(1, self.ntokens.astype(np.int64) * self.dim * ITEM)
+                         // BLOCK) * BLOCK
         ends = self.offsets + self.ntokens.astype(np.int64) * self.dim * ITEM
         if len(ends) and ends.max() > self.file_bytes:
             d = int(np.argmax(ends))
@@ -98,7 +104,8 @@ class _Store:
                               value=os.path.dirname(self.path))
 
     def extent(self, doc):
-        return _extent(int(self.ntokens[doc]), self.dim)
+        """Bytes the read of document ``doc`` transfers (a multiple of :data:`BLOCK`)."""
+        return int(self.extents[doc])
 
     def resident_bytes(self):
         """Bytes this reader keeps in memory besides the offset table."""
@@ -177,39 +184,74 @@ class MmapStore(_Store):
 class Fetch:
     """Documents being read in the background by a :class:`DirectStore`.
 
-    The documents are dealt round-robin to the store's threads, each reading its share one after
-    another, so ``threads`` reads are in flight. ``on_arrival(doc, tokens)``, when given, runs in
-    the reading thread as each document arrives (ESPN's early re-ranking). ``urgent`` reads go
-    to a second pool of threads, so that the critical path's reads do not queue behind a
-    prefetch still in flight. :meth:`wait` returns
-    ``{doc: tokens}`` once all have arrived, and re-raises a failed read's error.
+    The store's ``threads`` workers take the documents from one queue in the order given, so
+    ``threads`` reads are in flight and the first documents are read first.
+    ``on_arrival(doc, tokens)``, when given, runs in the reading thread as each document
+    arrives (ESPN's early re-ranking). ``urgent`` reads go to a second pool of threads, so
+    that the critical path's reads do not queue behind a prefetch still in flight.
+
+    :meth:`stop` keeps the reads not yet started from starting and names the documents whose
+    read has started (in flight or done): ESPN reuses those instead of reading them again.
+    :meth:`wait` returns ``{doc: tokens}`` of the documents asked for (all by default) once they
+    have arrived, and re-raises a failed read's error.
     """
 
     def __init__(self, store, docs, on_arrival=None, urgent=False):
         self.docs = [int(d) for d in docs]
+        self._queue = deque(self.docs)
+        self._started = []
         self._results = {}
-        shares = min(store.threads, len(self.docs))
+        self._error = None
+        self._cond = threading.Condition()
         pool = store._urgent if urgent else store._pool
-        self._futures = [pool.submit(self._read, store, self.docs[k::shares], on_arrival)
-                         for k in range(shares)]
+        self._futures = [pool.submit(self._work, store, on_arrival)
+                         for _ in range(min(store.threads, len(self.docs)))]
 
-    def _read(self, store, docs, on_arrival):
-        for doc in docs:
-            tokens = store._read_one(doc)
-            if on_arrival is not None:
-                on_arrival(doc, tokens)
-            self._results[doc] = tokens          # one key per document: no lock needed
+    def _work(self, store, on_arrival):
+        while True:
+            with self._cond:
+                if not self._queue or self._error is not None:
+                    return
+                doc = self._queue.popleft()
+                self._started.append(doc)
+            try:
+                tokens = store._read_one(doc)
+                if on_arrival is not None:
+                    on_arrival(doc, tokens)
+            except BaseException as e:
+                with self._cond:
+                    self._error = e
+                    self._cond.notify_all()
+                raise
+            with self._cond:
+                self._results[doc] = tokens
+                self._cond.notify_all()
+
+    def stop(self):
+        """Start no more reads; returns the documents whose read has started (done or in
+        flight), in the order they started. Reads in flight finish."""
+        with self._cond:
+            self._queue.clear()
+            return list(self._started)
 
     def done(self):
         """Whether every read has finished (or failed); does not block."""
         return all(f.done() for f in self._futures)
 
-    def wait(self):
-        """Block until every document has arrived; ``{doc: float16 (n, dim)}``. Re-raises the error
-        of a failed read."""
-        for f in self._futures:
-            f.result()
-        return dict(self._results)
+    def wait(self, docs=None):
+        """Block until the documents ``docs`` (default: every document not stopped) have
+        arrived; ``{doc: float16 (n, dim)}`` of them. Re-raises the error of a failed read."""
+        if docs is None:
+            for f in self._futures:
+                f.result()
+            return dict(self._results)
+        docs = [int(d) for d in docs]
+        with self._cond:
+            self._cond.wait_for(lambda: self._error is not None or
+                                all(d in self._results for d in docs))
+            if self._error is not None:
+                raise self._error
+            return {d: self._results[d] for d in docs}
 
 
 class DirectStore(_Store):
@@ -232,6 +274,8 @@ class DirectStore(_Store):
         self._local = threading.local()
         try:                        # a probe read: some file systems accept the flag, then fail
             self._read_one(0) if len(self.offsets) else None
+            for pool in (self._pool, self._urgent):
+                self._start_threads(pool)
             self.bytes_read = 0
         except ConfigError:
             self.close()
@@ -240,6 +284,17 @@ class DirectStore(_Store):
             self.close()
             raise ToolError(f"{self.path}: O_DIRECT reads fail ({e.strerror}); put the "
                                "index on a disk file system") from None
+
+    def _start_threads(self, pool):
+        """Start all of ``pool``'s threads now, each with its read buffer, rather than on the
+        first reads (a thread's start would count in a query's time)."""
+        barrier = threading.Barrier(self.threads)
+
+        def start():
+            self._buffer(16 * BLOCK)
+            barrier.wait(timeout=10)
+        for f in [pool.submit(start) for _ in range(self.threads)]:
+            f.result()
 
     def _buffer(self, size):
         """This thread's page-aligned buffer (O_DIRECT needs aligned memory) of >= size bytes."""
@@ -265,9 +320,15 @@ class DirectStore(_Store):
         """Start reading ``docs`` in the background; returns a :class:`Fetch`."""
         return Fetch(self, docs, on_arrival, urgent)
 
+    def read_sync(self, docs):
+        """``docs`` read one after another in the calling thread (``direct-sync``'s reads)."""
+        return {int(d): self._read_one(int(d)) for d in docs}
+
     def read(self, docs):
-        if self.threads == 1:                      # synchronous: one read after another
-            return {int(d): self._read_one(int(d)) for d in docs}
+        """``docs`` read now: one after another with ``threads=1`` (:meth:`read_sync`), else
+        ``threads`` at once on the critical path's pool."""
+        if self.threads == 1:
+            return self.read_sync(docs)
         return self.submit(docs, urgent=True).wait()
 
     def close(self):
