@@ -340,12 +340,8 @@ def _batches(index, queries, nprobe, candidates, step, sizes, threads, repeats=3
                 t0 = time.perf_counter()
                 started = set(fetch.stop()) if fetch is not None else set()
                 missing = [d for d in want if d not in started]
-                late_bytes = int(ssd.extents[np.asarray(missing, np.int64)].sum())
                 if missing:
-                    if model.best(late_bytes) == "sync":
-                        ssd.read_sync(missing)
-                    else:
-                        ssd.read(missing)
+                    model.read(ssd, missing)
                 if fetch is not None:
                     fetch.wait([d for d in want if d in started])
                 espn.append(time.perf_counter() - t0)

@@ -81,6 +81,13 @@ class ReadModel:
         return ("sync" if self.seconds(nbytes, "sync") <= self.seconds(nbytes, "parallel")
                 else "parallel")
 
+    def read(self, store, docs):
+        """``{doc: tokens}`` of ``docs`` read now from ``store`` (a
+        :class:`~hwgen.espn.host.store.DirectStore`) the faster way for their bytes
+        (:meth:`best`): one after another (``read_sync``) or ``threads`` at once (``read``)."""
+        nbytes = int(store.extents[np.asarray(docs, np.int64)].sum())
+        return store.read_sync(docs) if self.best(nbytes) == "sync" else store.read(docs)
+
     def fitting(self, sizes, budget_seconds, batch=1):
         """:func:`fitting` with the background prefetch's (parallel) bandwidth and latency."""
         return fitting(sizes, budget_seconds, self.parallel_bandwidth, self.parallel_latency,

@@ -294,9 +294,8 @@ class Searcher:
     def _read(self, docs):
         """``{doc: tokens}`` of ``docs`` read now: the store's ``read``, or for ESPN the
         faster of reading one after another and ``threads`` at once (:class:`ReadModel`)."""
-        if self.model is not None and self.model.best(
-                int(self.store.extents[np.asarray(docs, np.int64)].sum())) == "sync":
-            return self.store.read_sync(docs)
+        if self.model is not None:
+            return self.model.read(self.store, docs)
         return self.store.read(docs)
 
     def _finish(self, scores, reranked, result, started, t_ann):
