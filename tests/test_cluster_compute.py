@@ -255,6 +255,11 @@ REGROUPS = [
                                                                      13)),
     # 2 lanes into 7 (a widening), rows of 9, 8-bit into 22-bit elements
     (RowPort("o_y", "y", signed(8), 2, 9), RowPort("i_row", "q", signed(22), 7, 9)),
+    # rows longer than a line (lcm 6: rows of 13 span three lines), narrowing and widening
+    (RowPort("o_y", "y", signed(16), 3, 13, last_row=True), RowPort("i_x", "q", signed(16), 2,
+                                                                      13, last_row=True)),
+    (RowPort("o_y", "y", signed(8), 2, max_row=17, count=True),
+     RowPort("i_x", "q", signed(8), 3, max_row=17, count=True)),
     # scores one per beat into 3 lanes with count, rows of any length
     (RowPort("o_s", "s", signed(32), 1, max_row=10, last_row=True, array=False),
      RowPort("i_x", "q", signed(32), 3, max_row=10, count=True)),

@@ -222,27 +222,38 @@ class RowToPackets(wiring.Component):
             closes = accept & beat.last
             room2 = Signal.like(room, name=f"room_{tag}")
             over2 = Signal.like(over, name=f"over_{tag}")
-            pend2 = Signal(name=f"pend_{tag}")
-            endpos2 = Signal.like(endpos, name=f"endpos_{tag}")
             m.d.comb += [
                 room2.eq(Mux(pkt_end, top, room - e) if taking else room),
                 over2.eq(Mux(pkt_end, top - L - 1, over - e) if taking else over),
-                pend2.eq(pend1 | closes),
-                endpos2.eq(Mux(closes, n1 + in_bytes, endpos - e if taking else endpos)),
             ]
             # the next beat from the next state: comparisons side by side, one choice. With
             # room2 > L the row end (at most L away to count) comes first anyway; with room2
-            # <= L its low bits are room2.
+            # <= L its low bits are room2. Worked out both for a row end kept (from registers)
+            # and for one this input beat brings (``closes``: then no end was pending), so the
+            # input handshake only picks between them.
             room_first = over2 < 0
             low = room2[:L.bit_length()]
-            ends_row = pend2 & (endpos2 <= L) & (~room_first | (endpos2 <= low))
+            kept_end = Signal.like(endpos, name=f"kept_end_{tag}")
+            new_end = Signal.like(endpos, name=f"new_end_{tag}")
+            m.d.comb += [kept_end.eq(endpos - e if taking else endpos),
+                         new_end.eq(n1 + in_bytes)]
+
+            def beat_after(end, pending):
+                ends_row = Signal(name=f"ends_row_{tag}_{end.name}")
+                m.d.comb += ends_row.eq(pending & (end <= L) & (~room_first | (end <= low)))
+                return ends_row, Mux(ends_row, end, Mux(room_first, room2, L))
+
+            ends_kept, e_kept = beat_after(kept_end, pend1)
+            ends_new, e_new = beat_after(new_end, 1)
+            ends_row = Mux(closes, ends_new, ends_kept)
             placed = _byte_shift(m, packed, n1, 8 * B, True, f"placed_{tag}")
             rest = _byte_shift(m, buf, e, 8 * B, False, "buf_rest") if taking else buf
             return ready, {
                 "buf": rest | Mux(accept, placed, 0),
                 "n": n1 + Mux(accept, in_bytes, 0),
-                "room": room2, "over": over2, "pend": pend2, "endpos": endpos2,
-                "e": Mux(ends_row, endpos2, Mux(room_first, room2, L)),
+                "room": room2, "over": over2, "pend": pend1 | closes,
+                "endpos": Mux(closes, new_end, kept_end),
+                "e": Mux(closes, e_new, e_kept),
                 "row_end": ends_row,
                 "pkt_end": ends_row | room_first,
             }

@@ -72,6 +72,8 @@ outputs are registered; a regrouper of equal or whole-multiple lane counts deriv
 ``ready`` combinationally from the next kernel's (one level, never further up the chain).
 """
 
+import math
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -111,10 +113,15 @@ class Regroup(wiring.Component):
       ``r``:1 select per output lane); ``i.ready`` when the held beat leaves this cycle;
     * ``dst.lanes = r * src.lanes``: up to ``r`` input beats are collected, a row end sends the
       beat early; ``i.ready`` while the output register is empty or leaves this cycle;
-    * any other ratio: a shifting buffer of ``C = src.lanes + 2 dst.lanes - 1`` elements
-      (a ``dst.lanes + 1``:1 shift and an input select per element: for small lane counts);
-      ``i.ready`` is a compare of its fill (``<= C - src.lanes``), never combinational on
-      ``o.ready``.
+    * any other ratio: :attr:`lines` lines of ``L = lcm(src.lanes, dst.lanes)`` elements.
+      The writer fills one line a beat at a time, zeroing padding lanes (a row end or a full
+      line closes it and clears its later slots; it then moves to the next line once the
+      reader has released that); the reader sends ``dst.lanes`` elements per beat from its
+      line as soon as they are written (following the writer within a line), the rest of a
+      closed line as the final piece, and then releases the line. ``i.ready`` is the written
+      line's registered state, never combinational on ``o.ready``; the reader's decisions
+      are the sign and zero test of one register (elements written, not read, minus
+      ``dst.lanes``), no shifter and no count compare.
     """
 
     def __init__(self, src, dst):
@@ -123,10 +130,17 @@ class Regroup(wiring.Component):
                           "o": Out(stream.Signature(dst.layout(extra=False)))})
 
     @property
-    def capacity(self):
-        """``C``: elements of the shifting buffer of a general lane ratio (``src.lanes + 2
-        dst.lanes - 1``; see the class docstring)."""
-        return self.src.lanes + 2 * self.dst.lanes - 1
+    def line(self):
+        """Elements of each line of a general lane ratio: the least common multiple of the
+        lane counts (see the class docstring)."""
+        return math.lcm(self.src.lanes, self.dst.lanes)
+
+    @property
+    def lines(self):
+        """Lines of a general lane ratio: 2 when narrowing (the reader sets the pace), 3 when
+        widening (a line's last pieces may still be read while the next two short rows are
+        written)."""
+        return 2 if self.src.lanes > self.dst.lanes else 3
 
     def _input(self, m):
         """``(elements, n, row_end, matrix_end)`` of the input beat."""
@@ -147,11 +161,13 @@ class Regroup(wiring.Component):
             n = Mux(p.last, tail, li)
         return elems, n, p.last, p.last_row if src.last_row else Const(0)
 
-    def _output(self, m, values, n, end, mat):
+    def _output(self, m, values, n, end, mat, used=None):
+        """Drive ``o``'s payload: ``values`` in lanes below ``n`` (or where ``used[k]``), zero
+        elsewhere."""
         dst, p = self.dst, self.o.payload
         if dst.array:
             for k, value in enumerate(values):
-                m.d.comb += p[dst.field][k].eq(Mux(n > k, value, 0))
+                m.d.comb += p[dst.field][k].eq(Mux(n > k if used is None else used[k], value, 0))
         else:
             m.d.comb += p[dst.field].eq(values[0])
         if dst.count:
@@ -172,7 +188,7 @@ class Regroup(wiring.Component):
         elif lo % li == 0:
             self._merge(m, *beat)
         else:
-            self._shift(m, *beat)
+            self._lines(m, *beat)
         return m
 
     def _split(self, m, elems, n_in, row_end, mat_end):
@@ -237,51 +253,90 @@ class Regroup(wiring.Component):
                         with m.Case(s):
                             m.d.sync += [part[s * li + k].eq(e) for k, e in enumerate(elems)]
 
-    def _shift(self, m, elems, n_in, row_end, mat_end):
-        """Any other ratio: a shifting buffer of ``capacity`` elements."""
-        li, lo = self.src.lanes, self.dst.lanes
-        cap = self.capacity
-        buf = [Signal(self.dst.shape, name=f"buf{q}") for q in range(cap)]
-        ends = Signal(cap)            # an element is its row's last
-        mats = Signal(cap)            # an element belongs to a matrix's last row
-        fill = Signal(range(cap + 1))
+    def _lines(self, m, elems, n_in, row_end, mat_end):
+        """Any other ratio: ``lines`` lines of ``line`` elements, written ``src.lanes`` per beat
+        and read ``dst.lanes`` per beat (the reader may follow the writer within a line)."""
+        li, lo, size, count = self.src.lanes, self.dst.lanes, self.line, self.lines
+        pieces = size // lo
+        lines = [[Signal(self.dst.shape, name=f"line{l}_{q}") for q in range(size)]
+                 for l in range(count)]
+        # the writer's state of each line
+        written = Array(Signal(range(size + 1), name=f"written{l}") for l in range(count))
+        closed = Array(Signal(name=f"closed{l}") for l in range(count))   # written to its end
+        row_ends = Array(Signal(name=f"row_end{l}") for l in range(count))  # ... a row end
+        mats = Array(Signal(name=f"mat{l}") for l in range(count))
+        ws = Signal(range(count))
+        slot = Signal(range(size // li))
+        # the reader's: line rs, the pieces of all lines numbered in one counter, the elements
+        # written and not read minus dst.lanes (its sign: a full piece is there), and copies of
+        # line rs's flags, all updated from the next state so that no count is compared here
+        rs = Signal(range(count))
+        at = Signal(range(count * pieces))
+        at_next = Signal(range(count * pieces), init=pieces)    # line following(rs)'s first
+        slack = Signal(range(-lo, size + 1), init=-lo)
+        cur_closed, cur_end, cur_mat = Signal(), Signal(), Signal()
 
-        # output: the first lo elements, cut after the first row end among them
-        n_out = Const(lo, range(lo + 1))
-        for k in reversed(range(lo)):
-            n_out = Mux(ends[k], k + 1, n_out)
-        has_end = ends[:lo].any()
-        taken_mat = Cat(*[mats[k] & (n_out > k) for k in range(lo)]).any()
-        self._output(m, buf[:lo], n_out, has_end, taken_mat)
-        fire_out, fire_in = Signal(), Signal()
+        def following(index):
+            return Mux(index == count - 1, 0, index + 1)
+
+        final = Signal()
+        m.d.comb += final.eq(cur_closed & (slack <= 0))
+        # a line holds zeros past its written elements (the writer clears them), so the
+        # output lanes need no mask
+        values = [Array(lines[l][p * lo + k] for l in range(count) for p in range(pieces))[at]
+                  for k in range(lo)]
+        self._output(m, values, Mux(final, slack + lo, lo), cur_end & final, cur_mat,
+                     used=[Const(1)] * lo)
+        fire_out, fire_in, close = Signal(), Signal(), Signal()
         m.d.comb += [
-            self.o.valid.eq((fill >= lo) | has_end),
-            self.i.ready.eq(fill <= cap - li),
+            self.o.valid.eq(cur_closed | (slack >= 0)),
             fire_out.eq(self.o.valid & self.o.ready),
+            self.i.ready.eq(~closed[ws]),
             fire_in.eq(self.i.valid & self.i.ready),
+            close.eq(row_end | (slot == size // li - 1)),
         ]
-        removed = Signal(range(lo + 1))
-        base = Signal(range(cap + 1))
-        added = Signal(range(li + 1))
-        m.d.comb += [removed.eq(Mux(fire_out, n_out, 0)), base.eq(fill - removed),
-                     added.eq(Mux(fire_in, n_in, 0))]
-        m.d.sync += fill.eq(base + added)
 
-        in_elems = Array(elems)
-        for q in range(cap):
-            with m.Switch(removed):
-                for r in range(lo + 1):
-                    with m.Case(r):
-                        keep = q + r < cap
-                        m.d.sync += [buf[q].eq(buf[q + r] if keep else 0),
-                                     ends[q].eq(ends[q + r] if keep else 0),
-                                     mats[q].eq(mats[q + r] if keep else 0)]
-            idx = Signal(range(li), name=f"idx{q}")
-            m.d.comb += idx.eq(q - base)
-            with m.If((base <= q) & (q < base + added)):
-                m.d.sync += [buf[q].eq(in_elems[idx]),
-                             ends[q].eq(row_end & (q == base + added - 1)),
-                             mats[q].eq(mat_end)]
+        def after_write(line, reg, value):
+            """``reg[line]`` after this cycle's write (``value`` where the writer closes it)."""
+            return Mux(fire_in & (ws == line) & close, value, reg[line])
+
+        nxt = following(rs)
+        into_rs, into_nxt = fire_in & (ws == rs), fire_in & (ws == nxt)
+        step = Signal(range(-lo, li - lo + 1))          # n_in - lo, one input beat's worth
+        m.d.comb += step.eq(n_in - lo)
+        with m.If(fire_out & final):
+            m.d.sync += [rs.eq(nxt), at.eq(at_next),
+                         at_next.eq(Mux(at_next == (count - 1) * pieces, 0, at_next + pieces)),
+                         slack.eq(written[nxt] + Mux(into_nxt, step, -lo)),
+                         cur_closed.eq(after_write(nxt, closed, 1)),
+                         cur_end.eq(after_write(nxt, row_ends, row_end)),
+                         cur_mat.eq(mats[nxt] | (into_nxt & mat_end)),
+                         closed[rs].eq(0), written[rs].eq(0), mats[rs].eq(0)]
+        with m.Elif(fire_out):
+            m.d.sync += [at.eq(at + 1), slack.eq(slack + Mux(into_rs, step, -lo))]
+        with m.Else():
+            m.d.sync += slack.eq(slack + Mux(into_rs, n_in, 0))
+        with m.If(~(fire_out & final)):
+            m.d.sync += [cur_closed.eq(after_write(rs, closed, 1)),
+                         cur_end.eq(after_write(rs, row_ends, row_end)),
+                         cur_mat.eq(cur_mat | (into_rs & mat_end))]
+
+        # the writer: only into a line the reader has released (never the one a final read
+        # releases this cycle: that one is closed)
+        with m.If(fire_in):
+            m.d.sync += [slot.eq(Mux(close, 0, slot + 1)),
+                         written[ws].eq(written[ws] + n_in), mats[ws].eq(mats[ws] | mat_end)]
+            with m.If(close):
+                m.d.sync += [ws.eq(following(ws)), closed[ws].eq(1), row_ends[ws].eq(row_end)]
+            # the beat's elements, padding lanes zero; a closing beat also clears the line's
+            # later slots
+            masked = [Mux(n_in > k, e, 0) for k, e in enumerate(elems)]
+            for l in range(count):
+                for s in range(size // li):
+                    with m.If((ws == l) & (slot == s)):
+                        m.d.sync += [lines[l][s * li + k].eq(e) for k, e in enumerate(masked)]
+                    with m.Elif((ws == l) & close & (slot < s)):
+                        m.d.sync += [lines[l][s * li + k].eq(0) for k in range(li)]
 
 
 # -- the chain ---------------------------------------------------------------------------------
