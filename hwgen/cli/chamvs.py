@@ -154,14 +154,67 @@ def bench_kselect(queries, seed):
         raise SimulationMismatch("a K-selection row misses its exactness target")
 
 
+class _QueriesOption(click.ParamType):
+    """``--queries``: a ``.npy`` file of query vectors, or an integer (the old spelling of
+    ``--sim-queries``)."""
+    name = "FILE.npy"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or str(value).lstrip("-").isdigit():
+            return int(value)
+        return str(value)
+
+
 @click.command("chamvs")
-@click.option("--queries", type=int, default=12, show_default=True)
+@click.option("--base", type=click.Path(dir_okay=False),
+              help=".npy database vectors (float or integer); with it the node and CPU faiss "
+                   "search the same index (default data: the digits set).")
+@click.option("--queries", "queries", type=_QueriesOption(), default=None,
+              help=".npy query vectors for --base (an integer N here is the old spelling of "
+                   "--sim-queries N).")
+@click.option("--sim-queries", type=int, default=None,
+              help="Queries simulated on the node's Verilog per row [default: 12 for the "
+                   "model-vs-simulation table, 20 for the CPU comparison].")
+@click.option("--nprobe", type=int, default=None,
+              help="Lists probed per query (default: the configuration's nprobe_max).")
+@with_config_options
+@click.option("--threads", type=int, default=None,
+              help="CPU faiss threads (default: every core).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the CPU comparison as JSON.")
 @reports_errors
-def bench_chamvs(queries):
-    """ChamVS node: model vs simulation, scan throughput, projected QPS of the paper's data."""
+def bench_chamvs(base, queries, sim_queries, nprobe, sets, config_file, threads, json_path):
+    """ChamVS node: model vs simulation, scan throughput, projected QPS of the paper's data,
+    and the node beside CPU faiss on the same data (--base/--queries, or the digits set)."""
+    from ..vecsearch.baseline import compare, compare_lines
     from ..vecsearch.bench import bench_chamvs as run_bench
-    checks.at_least("queries", queries, 1)
-    if not run_bench(echo=click.echo, queries=queries):
+    from ..vecsearch.node_model import load_vectors
+    from .common import write_json
+    if isinstance(queries, int):
+        sim_queries, queries = queries, None
+    if sim_queries is not None:
+        checks.at_least("sim-queries", sim_queries, 1)
+    if threads is not None:
+        checks.at_least("threads", threads, 1)
+    if queries is not None and base is None:
+        raise ConfigError("queries", "a query file needs --base")
+    ok = True
+    if base is None and not sets and config_file is None:
+        ok = run_bench(echo=click.echo, queries=sim_queries or 12)
+        click.echo("")
+    base_v = load_vectors(base, "base") if base is not None else None
+    queries_v = load_vectors(queries, "queries") if queries is not None else None
+    sets = list(sets)
+    if base_v is not None and not any(s.startswith("dim=") for s in sets):
+        sets.append(f"dim={base_v.shape[1]}")
+    _, cfg = _config("chamvs-node", sets, config_file, None)
+    result = compare(cfg, base=base_v, queries=queries_v, nprobe=nprobe,
+                     sim_queries=sim_queries or 20, threads=threads, log=_log)
+    for line in compare_lines(result):
+        click.echo(line)
+    if json_path:
+        write_json(json_path, result)
+    if not (ok and result["ok"]):
         raise SimulationMismatch("the node disagreed with its golden model or its cycle model")
 
 
