@@ -3,7 +3,9 @@
 import click
 
 from .. import checks
+from ..cli_support import log as _log
 from ..cli_support import reports_errors
+from .common import k_option
 from .common import seed as _seed
 
 __all__ = ["dataset"]
@@ -38,3 +40,32 @@ def dataset_digits_syn(vectors, noise, seed, out_path):
     x = replicated(base, -(-vectors // len(base)), noise=noise, seed=seed).astype(np.int16)
     np.save(out_path, x)
     click.echo(f"{out_path}: {x.shape[0]:,} vectors of {x.shape[1]} dimensions (int16)")
+
+
+@dataset.command("ralm-keys")
+@click.option("--tokens", type=int, default=1_000_000, show_default=True,
+              help="Keys in the base: one per token of the corpus outside its held-out "
+                   "documents.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder receiving base.npy, base_int8.npy, values.npy, queries.npy, "
+                   "queries_int8.npy, gt.npy and meta.json (a finished folder is reused).")
+@click.option("--corpus", default="all+pysource", show_default=True,
+              help="Offline corpora in order (as `hwgen espn index --corpus`).")
+@click.option("--queries", type=int, default=1000, show_default=True,
+              help="Query keys drawn from the held-out documents' tokens.")
+@k_option(100, "Exact neighbours per query in gt.npy.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@reports_errors
+def dataset_ralm_keys(tokens, out_dir, corpus, queries, k, seed):
+    """SmolLM2-135M's kNN-LM keys (576-d, the state before the LM head) of the offline corpora,
+    float32 and the node's int8, with held-out query keys and exact ground truth: a real
+    retrieval data set (one document in ten held out; resumable, cached)."""
+    from ..ralm.keys import build_ralm_keys
+    _seed(seed)
+    meta = build_ralm_keys(out_dir, tokens, corpus=corpus, queries=queries, gt_k=k, seed=seed,
+                           log=_log)
+    mix = ", ".join(f"{c} {n:,}" for c, n in sorted(meta["mix"].items(), key=lambda i: -i[1]))
+    click.echo(f"{out_dir}: {meta['tokens']:,} keys of {meta['dim']} dimensions ({mix}); "
+               f"{meta['queries']:,} held-out query keys, exact top-{meta['gt_k']}; "
+               f"encoding {meta['build_seconds']:.0f} s, ground truth "
+               f"{meta['gt_seconds']:.0f} s")
