@@ -71,3 +71,26 @@ def test_bench_chamvs_errors_name_the_option(args, name, tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["bench", "chamvs", *args])
     assert r.exit_code != 0
     assert name in r.output
+
+
+def test_syn_sets_are_the_paper_replication(tmp_path):
+    """`dataset syn-512` from digits: every vector is eight copies of itself, so every squared
+    distance is eight times the original and the exact neighbours are the same; queries are
+    widened the same way; narrowing is refused naming the option."""
+    from hwgen.datasets import digits, widened
+    out = tmp_path / "s.npy"
+    r = CliRunner().invoke(main, ["dataset", "syn-512", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    base, queries = np.load(out), np.load(tmp_path / "s_queries.npy")
+    x = digits()[0]
+    assert base.shape == (1597, 512) and queries.shape == (200, 512)
+    np.testing.assert_array_equal(base[:, 64:128], x[:1597])
+    d0 = ((x[-200:, None, :] - x[None, :1597, :]) ** 2).sum(-1)
+    d1 = ((queries[:, None, :].astype(np.int64) - base[None, :, :]) ** 2).sum(-1)
+    np.testing.assert_array_equal(d1, 8 * d0)
+    assert widened(np.arange(6).reshape(2, 3), 7).tolist() == [[0, 1, 2, 0, 1, 2, 0],
+                                                                [3, 4, 5, 3, 4, 5, 3]]
+    np.save(tmp_path / "wide.npy", np.zeros((4, 600), np.float32))
+    r = CliRunner().invoke(main, ["dataset", "syn-512", "--from", str(tmp_path / "wide.npy"),
+                                  "--out", str(tmp_path / "n.npy")])
+    assert r.exit_code != 0 and "from" in r.output and "narrow" in r.output

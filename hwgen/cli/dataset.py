@@ -5,6 +5,7 @@ import click
 from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
+from ..datasets import SYN_DIMS
 from .common import k_option
 from .common import seed as _seed
 
@@ -69,3 +70,57 @@ def dataset_ralm_keys(tokens, out_dir, corpus, queries, k, seed):
                f"{meta['queries']:,} held-out query keys, exact top-{meta['gt_k']}; "
                f"encoding {meta['build_seconds']:.0f} s, ground truth "
                f"{meta['gt_seconds']:.0f} s")
+
+
+def _syn_command(name, dim):
+    @dataset.command(name, help=f"{name.upper()} the paper's way: every vector widened to "
+                     f"{dim} dimensions by replication (SIFT's 128 x {dim // 128} in the "
+                     "paper), from the digits set (1,597 vectors and its 200 queries) or "
+                     "your vectors.")
+    @click.option("--from", "source", default="digits", show_default=True,
+                  help="digits (scikit-learn's 1,597 base and 200 query vectors, 64-d) or a "
+                       ".npy file of vectors of at most the target dimension.")
+    @click.option("--queries", "queries_path", type=click.Path(dir_okay=False),
+                  help="A .npy file of query vectors to widen the same way (with --from FILE).")
+    @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+                  help="The .npy file to write; the widened queries go beside it as "
+                       "NAME_queries.npy.")
+    @reports_errors
+    def command(source, queries_path, out_path):
+        import numpy as np
+        from ..datasets import digits, widened
+        from ..errors import ConfigError
+        from ..vecsearch.node_model import QUERY_POOL, load_vectors
+        checks.output_file("out", out_path)
+        if source == "digits":
+            if queries_path is not None:
+                raise ConfigError("queries", "the digits set brings its own queries; give "
+                                  "--queries with --from FILE")
+            x = digits()[0].astype(np.int16)
+            base, queries = x[:-QUERY_POOL], x[-QUERY_POOL:]
+        else:
+            base = load_vectors(source, "from")
+            queries = load_vectors(queries_path, "queries") if queries_path else None
+        for what, v in (("from", base), ("queries", queries)):
+            if v is not None and v.shape[1] > dim:
+                raise ConfigError(what, f"holds {v.shape[1]}-d vectors: replication widens "
+                                  f"to {dim}, it cannot narrow")
+        if queries is not None and queries.shape[1] != base.shape[1]:
+            raise ConfigError("queries", f"dimension {queries.shape[1]} differs from the "
+                              f"base's {base.shape[1]}")
+        out = widened(base, dim)
+        np.save(out_path, out)
+        lines = [f"{out_path}: {len(out):,} vectors of {dim} dimensions ({base.shape[1]}-d "
+                 f"vectors x {dim / base.shape[1]:g} by replication, {out.dtype})"]
+        if queries is not None:
+            qpath = str(out_path)[:-4] + "_queries.npy" if str(out_path).endswith(".npy") \
+                else str(out_path) + "_queries.npy"
+            np.save(qpath, widened(queries, dim))
+            lines.append(f"{qpath}: {len(queries):,} query vectors")
+        for line in lines:
+            click.echo(line)
+    return command
+
+
+for _name, _dim in SYN_DIMS.items():
+    _syn_command(_name, _dim)
