@@ -20,7 +20,7 @@ from hwgen.vecsearch.host.shard import save_shard
 TREE = {
     "": {"list", "config", "build", "sim", "synth", "timing", "sweep", "bench", "dataset", "demo",
          "chamvs", "recsys", "cluster", "windve", "espn", "ralm"},
-    "chamvs": {"demo", "serve", "shard", "size-queues", "bench"},
+    "chamvs": {"demo", "serve", "shard", "size-queues", "bench", "explore"},
     "recsys": {"partition", "cluster-sim", "bench"},
     "cluster": {"build", "sim", "bench"},
     "windve": {"run", "stress", "calibrate", "cost"},

@@ -14,7 +14,7 @@ from .common import config as _config
 from .common import k_option, progress, with_config_options
 from .common import seed as _seed
 
-__all__ = ["chamvs", "demo", "BENCHES"]
+__all__ = ["chamvs", "demo", "BENCHES", "explore_lines"]
 
 
 @click.group()
@@ -163,6 +163,160 @@ class _QueriesOption(click.ParamType):
         if isinstance(value, int) or str(value).lstrip("-").isdigit():
             return int(value)
         return str(value)
+
+
+class _PercentOption(click.ParamType):
+    """``85%`` or ``85``: a percentage."""
+    name = "PERCENT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return float(str(value).rstrip("%"))
+        except ValueError:
+            self.fail(f"{value!r} is not a percentage such as 85%", param, ctx)
+
+
+@chamvs.command("explore")
+@click.option("--base", required=True, type=click.Path(dir_okay=False),
+              help=".npy database vectors (float: quantised to the node's 8 bits; integer: as "
+                   "they are).")
+@click.option("--queries", required=True, type=click.Path(dir_okay=False),
+              help=".npy query vectors (held out from the base).")
+@click.option("--gt", type=click.Path(dir_okay=False),
+              help=".npy ids of each query's exact nearest neighbours in the base (default: "
+                   "computed with faiss IndexFlatL2).")
+@click.option("--recall", "goal", default="0.9@10", show_default=True,
+              help="Goal: recall of the true R nearest among the first R found, as RECALL@R.")
+@click.option("--board", default="u250", show_default=True, help="Target board.")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Memory nodes sharing every list (each holds 1/N of it).")
+@click.option("--budget", type=_PercentOption(), default="85%", show_default=True,
+              help="Share of every board resource a node may use.")
+@click.option("--sample", type=int, default=100_000, show_default=True,
+              help="Base vectors the index search trains on (a larger base is subsampled at "
+                   "random and the result says so).")
+@click.option("--max-queries", type=int, default=200, show_default=True,
+              help="Queries measured (drawn at random from --queries).")
+@click.option("--nlist", "nlists", type=int, multiple=True,
+              help="IVF list counts searched (repeatable; default: powers of two within 4x of "
+                   "sqrt(n)).")
+@click.option("--m", "ms", type=int, multiple=True,
+              help="PQ bytes per code searched (repeatable; default 8, 16, 32, 64).")
+@click.option("--channels", type=int, multiple=True,
+              help="Memory channel counts searched (repeatable; default 1..all).")
+@k_option(None, "Results per query (default: the goal's R).")
+@click.option("--max-estimates", type=int, default=24, show_default=True,
+              help="Most netlist resource estimates (10-20 s each, on Dask).")
+@click.option("--workers", type=int, default=None,
+              help="Dask LocalCluster workers for the estimates (default: every core).")
+@click.option("--scheduler", default=None,
+              help="A Dask scheduler address (tcp://HOST:PORT) instead of a LocalCluster.")
+@click.option("--validate", "validate_count", type=int, default=0, show_default=True,
+              help="Simulate the N best designs on the native engine on the whole base.")
+@click.option("--validate-queries", type=int, default=8, show_default=True,
+              help="Queries simulated per validated design.")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the front, the chosen design and the validations as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write the QPS-recall plot (PNG).")
+@click.option("--config-out", type=click.Path(dir_okay=False),
+              help="Write the chosen design as a configuration for hwgen build / hwgen sim "
+                   "chamvs-node --config (default: beside --json, NAME.config.json).")
+@reports_errors
+def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queries, nlists, ms,
+                channels, k, max_estimates, workers, scheduler, validate_count,
+                validate_queries, seed, json_path, plot_path, config_out):
+    """From a user's vectors and a recall goal to the fastest ChamVS node that fits: the index
+    (nlist, m, nprobe) measured by faiss on the data, the node (channels, LUT-builder width,
+    queue kind) by the cycle model, the measured clock ratio and netlist resource estimates."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from ..vecsearch.explore import explore, parse_goal, plot_front, validate
+    from ..vecsearch.node_model import load_vectors
+    from .common import write_json
+    goal = parse_goal(goal)
+    checks.at_least("nodes", nodes, 1, 1024)
+    checks.at_least("sample", sample, 256)
+    checks.at_least("max-queries", max_queries, 1)
+    checks.at_least("max-estimates", max_estimates, 1, 10_000)
+    checks.at_least("validate", validate_count, 0, 32)
+    checks.at_least("validate-queries", validate_queries, 1, 10_000)
+    if workers is not None:
+        checks.at_least("workers", workers, 1, 1024)
+    base_v = load_vectors(base, "base")
+    queries_v = load_vectors(queries, "queries")
+    gt_v = None
+    if gt is not None:
+        gt_v = load_vectors(gt, "gt")
+        if not np.issubdtype(gt_v.dtype, np.integer):
+            raise ConfigError("gt", "must hold integer ids", value=gt)
+    result = explore(base_v, queries_v, goal=goal, board=board, gt=gt_v, nodes=nodes,
+                     budget=budget, sample=sample, max_queries=max_queries,
+                     nlists=list(nlists) or None, ms=list(ms) or None,
+                     channels=list(channels) or None, seed=seed, k=k,
+                     max_estimates=max_estimates, scheduler=scheduler, workers=workers,
+                     log=_log)
+    for line in explore_lines(result):
+        click.echo(line)
+    if result["chosen"] and validate_count:
+        result["validated"] = validate(result, base_v, queries_v, validate_count, gt=gt_v,
+                                       sim_queries=validate_queries, seed=seed, log=_log)
+        for v in result["validated"]:
+            c = v["config"]
+            click.echo(f"  validated nlist {c['nlist']}, m {c['m']}, nprobe {v['nprobe']}, "
+                       f"channels {c['channels'] or 'all'}, lut_sub_par {c['lut_sub_par']}, "
+                       f"{c['queue']}: recall@{goal.at} {v['recall']:.3f} on "
+                       f"{len(base_v):,} vectors; {v['mismatches']} mismatches in "
+                       f"{v['simulated_queries']} simulated queries; model "
+                       f"{v['model_error_mean']:.1%} off the simulated cycles")
+    if config_out is None and json_path and result["chosen"]:
+        config_out = str(Path(json_path).with_suffix("")) + ".config.json"
+    if config_out and result["chosen"]:
+        write_json(config_out, result["chosen"]["config"])
+        click.echo(f"  chosen design written to {config_out} (hwgen build chamvs-node --config "
+                   f"{config_out}; hwgen sim chamvs-node --config {config_out} --base {base} "
+                   f"--queries {queries} --nprobe {result['chosen']['nprobe']})")
+    if json_path:
+        write_json(json_path, json.loads(json.dumps(result, default=float)))
+        click.echo(f"  wrote {json_path}")
+    if plot_path:
+        click.echo(f"  wrote {plot_front(result, plot_path)}")
+    if result["chosen"] is None:
+        raise ConfigError("recall", result["limit"], value=str(goal))
+    bad = [v for v in result.get("validated", []) if not v["ok"]]
+    if bad:
+        raise SimulationMismatch(f"{len(bad)} validated design(s) mismatched the golden model "
+                                 "or were more than 5% off the cycle model")
+
+
+def explore_lines(result):
+    """The explore result as text: the data, the clock, the front and the chosen design."""
+    clock = result["clock"]
+    lines = [f"explore: {result['base_vectors']:,} vectors (D {result['dim']}), "
+             f"{result['queries']} queries, goal recall@{result['goal'].split('@')[1]} >= "
+             f"{result['goal'].split('@')[0]}, {result['board']}, {result['nodes']} node(s), "
+             f"budget {result['budget_percent']:g}%",
+             f"  clock {clock['mhz']:g} MHz (" + (f"kernel clock x measured fmax_ratio "
+                                                  f"{clock['ratio']:.3f} of {clock['block']})"
+                                                  if clock["measured"] else "declared)"),
+             f"  {len(result['index_points'])} indexes measured, {result['designs']} designs "
+             f"modelled, {result['estimated']} resource estimates; {result['seconds']:.0f} s"]
+    lines += [f"  note: {n}" for n in result["notes"]]
+    lines.append("  front (recall, QPS, nlist, m, nprobe, channels, lut_sub_par, queue, "
+                 "binding resource):")
+    for r in result["front"]:
+        mark = "  <- chosen" if r is result["chosen"] else ""
+        lines.append(f"    {r['recall']:.3f} {r['qps']:>10,.0f}  {r['nlist']:>6} {r['m']:>3} "
+                     f"{r['nprobe']:>4} {r['channels']:>3} {r['lut_sub_par']:>3} "
+                     f"{r['queue']:<8} " + (f"{r['binding']} {r['percent'][r['binding']]:.1f}%"
+                                            if r["binding"] else "not estimated") + mark)
+    return lines
 
 
 @click.command("chamvs")

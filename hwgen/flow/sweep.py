@@ -48,7 +48,7 @@ from pathlib import Path
 from .. import checks, registry
 from ..errors import ConfigError, ToolError
 
-__all__ = ["Job", "load_spec", "run_sweep", "check_scheduler", "MAX_JOBS", "MAX_JOBS_LIMIT"]
+__all__ = ["Job", "load_spec", "run_sweep", "check_scheduler", "dask_client", "MAX_JOBS", "MAX_JOBS_LIMIT"]
 
 _KEYS = ("accelerator", "grid", "configs", "seeds", "stall", "items", "engine", "options",
          "synth", "timing", "fault", "comment")
@@ -299,7 +299,10 @@ def check_scheduler(address):
     return address
 
 
-def _client(scheduler, workers):
+def dask_client(scheduler, workers):
+    """``(client, cluster)``: a client of the Dask scheduler at ``scheduler``, or of a new
+    LocalCluster of ``workers`` one-thread processes (``cluster`` then, to close after the
+    client) when ``scheduler`` is None."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -341,7 +344,7 @@ def run_sweep(spec, out_dir, *, scheduler=None, workers=None, retries=2, echo=pr
         old.unlink()
     stream = progress if progress is not None else (sys.stderr if sys.stderr.isatty()
                                                     else None)
-    client, cluster = _client(scheduler, workers)
+    client, cluster = dask_client(scheduler, workers)
     start = time.monotonic()
     try:
         # 1. one build per distinct configuration (and engine), before any simulation

@@ -32,7 +32,7 @@ from .ivfpq import import_faiss
 from .model import layout_query_cycles
 from .node_model import QUERY_POOL, node_search, prepare
 
-__all__ = ["faiss_cpu", "node_speed", "compare", "compare_lines", "MIN_SECONDS", "BATCHES"]
+__all__ = ["faiss_cpu", "node_speed", "compare", "compare_lines", "simulate_sample", "MIN_SECONDS", "BATCHES"]
 
 #: Seconds of timed searching per CPU row at least (passes over the queries repeat).
 MIN_SECONDS = 1.0
@@ -76,7 +76,7 @@ def node_speed(cycles, clock_mhz):
             "p99_ms": float(np.percentile(us, 99)) / 1e3}
 
 
-def _simulate_sample(config, data, count, seed, log):
+def simulate_sample(config, data, count, seed, log):
     """The first ``count`` queries of ``data`` on the native engine: the simulate result and
     each query's cycles from the node's counters."""
     sample = replace(data, queries=data.queries[:count], probes=data.probes[:count])
@@ -96,7 +96,7 @@ def compare(config, *, base=None, queries=None, nprobe=None, sim_queries=20, see
     nprobe = int(data.probes.shape[1])
     k = config.k
     sim_queries = min(sim_queries, len(data.queries))
-    result, sim_cycles = _simulate_sample(config, data, sim_queries, seed, log)
+    result, sim_cycles = simulate_sample(config, data, sim_queries, seed, log)
     model_cycles = [layout_query_cycles(config, data.layout, pr, k)["total"]
                     for pr in data.probes]
     board = load_board(config.board)

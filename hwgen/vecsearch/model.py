@@ -63,7 +63,8 @@ def query_cycles(config, words, unit_items, results):
     scan = unit.performance(unit.workload(scans=words)).cycles - (unit.latency + 2) \
         - 256 * builder.steps
     ks = c.kselect_config()
-    survivors = sum(max(1, min(ks.l1, n)) for n in queue_items(c, unit_items))
+    l1 = ks.l1
+    survivors = sum(max(1, min(l1, n)) for n in queue_items(c, unit_items))
     systolic = ks.queue == "systolic"
     drain = (unit.latency + 2) + 2 + survivors * (2 if systolic else 1) \
         + (c.k if systolic else 2) + FETCH_LATENCY + 2 * results
@@ -74,14 +75,14 @@ def layout_query_cycles(config, layout, probes, results):
     """:func:`query_cycles` of one query probing list ids ``probes`` of a node whose memory
     holds ``layout`` (:func:`~hwgen.vecsearch.layout.pack_index`): the busiest channel's words
     per list and the valid codes each unit scans."""
-    words = [max(layout.words(l, ch) for ch in range(config.n_channels)) for l in probes]
+    cpw = config.codes_per_word
+    count = np.asarray(layout.count)[np.asarray(probes, dtype=np.int64)]   # probes x channels
+    words = np.maximum(1, -(-count // cpw)).max(axis=1).tolist()
+    # codes lane l of a word scans in a segment of n codes: len(range(l, n, cpw))
+    lanes = np.arange(cpw)
+    per_unit = np.maximum(0, -(-(count[:, :, None] - lanes) // cpw)).sum(axis=0).reshape(-1)
     unit_items = [0] * config.units
-    for l in probes:
-        for ch in range(config.n_channels):
-            n = int(layout.count[l, ch])
-            for lane in range(config.codes_per_word):
-                unit_items[ch * config.codes_per_word + lane] += \
-                    len(range(lane, n, config.codes_per_word))
+    unit_items[:per_unit.size] = per_unit.tolist()
     return query_cycles(config, words, unit_items, results)
 
 

@@ -16,6 +16,7 @@ Probabilities are computed exactly with integer binomial coefficients and fracti
 """
 
 from fractions import Fraction
+from functools import lru_cache
 from math import comb
 
 from ..errors import ConfigError
@@ -42,6 +43,7 @@ def _check(k, streams, target, criterion):
         raise ConfigError("criterion", "must be one of " + ", ".join(CRITERIA), value=criterion)
 
 
+@lru_cache(maxsize=1024)
 def l1_queue_length(k, streams, target=0.99, criterion="all-queues"):
     """Smallest L1 queue length meeting ``target`` under ``criterion`` (see module docstring).
 

@@ -1,0 +1,473 @@
+"""``hwgen chamvs explore``: from a user's vectors and a recall goal to the fastest node that fits.
+
+Two spaces are searched, the index's on the data and the node's with its models:
+
+* **Index** (measured): for every ``nlist`` and ``m`` of the grid the node's own integer IVF-PQ
+  index is trained (:func:`~hwgen.vecsearch.ivfpq.train_integer_ivfpq`, faiss with integer
+  centroids), and for every ``nprobe`` faiss searches it for the queries: recall@R against the
+  exact ground truth, the probed lists of every query and the lists' sizes. The node computes
+  what this index computes (bit-exact up to ties at the K-th distance), so faiss's recall is the
+  node's. A base larger than ``sample`` vectors is subsampled at random (seeded) and its ground
+  truth recomputed exactly on the subsample (faiss ``IndexFlatL2``): recall then describes a
+  database of that size, and the result says so.
+* **Node** (modelled): for each index point, every channel count of the board, LUT-builder width
+  (``lut_sub_par``: a row per cycle, 16 or 4 sub-spaces per cycle) and queue kind gives a
+  :class:`~hwgen.vecsearch.node.ChamVSNodeConfig`; its cycles per query come from the cycle model
+  (:func:`~hwgen.vecsearch.model.query_cycles`, held within 5% of the simulation) on the probed
+  lists' real sizes (each of ``nodes`` nodes holding its share of every list), its clock from
+  the board's kernel clock times the node's measured ``fmax_ratio``
+  (:func:`~hwgen.flow.timing_table.measured_clock`), and its resources from the netlist
+  estimate (:func:`hwgen.flow.resources.estimate`), compared with ``budget`` percent of the
+  board. Resources are estimated only for designs on the QPS-recall front, fastest first.
+
+The chosen design is the fastest that reaches the recall and fits; the front (recall against
+QPS, each point coloured by its binding resource) is written as JSON and plotted. ``validate``
+simulates the best designs on the native engine (a sample of the queries on the same base):
+mismatches against the golden model and the model's error per query.
+
+Resource estimates (an elaboration each, 10-20 s) run on the Dask sweep machinery
+(:func:`hwgen.flow.sweep.dask_client`: a LocalCluster, or a scheduler's workers), in rounds: the
+front of the designs not yet known to overflow is estimated, the overflowing dropped, until the
+front is estimated or ``max_estimates`` are spent. The index search and the cycle model run in
+this process (seconds); validation simulations too (one Verilator build each).
+
+Not searched: OPQ (the node has no rotation; a host-side rotation would be needed) and the L1
+queue lengths (sized by the binomial rule, ``l1_len = 0``). Validation checks bit-exactness and
+cycles; it does not synthesise the picks with yosys (``hwgen build --synth`` of the written
+config does).
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from .. import registry
+from ..boards import load_board
+from ..errors import ConfigError
+from ..flow.timing_table import measured_clock
+from .baseline import simulate_sample
+from .ivfpq import import_faiss, quantize_vectors, train_integer_ivfpq
+from .model import layout_query_cycles
+from .node import ChamVSNodeConfig
+from .node_model import prepare
+
+__all__ = ["Goal", "parse_goal", "explore", "validate", "plot_front", "LUT_WIDTHS", "QUEUES"]
+
+#: LUT builder sub-spaces per cycle searched (0: all, a row per cycle).
+LUT_WIDTHS = (0, 16, 4)
+QUEUES = ("insert", "systolic")
+NPROBES = (1, 2, 4, 8, 16, 32, 64, 128)
+MS = (8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class Goal:
+    """Recall ``recall`` of the true ``at`` nearest neighbours among the first ``at`` found."""
+    recall: float
+    at: int
+
+    def __str__(self):
+        return f"{self.recall:g}@{self.at}"
+
+
+def parse_goal(text):
+    """``"0.9@10"`` -> :class:`Goal`; ConfigError naming ``recall`` otherwise."""
+    try:
+        value, at = str(text).split("@")
+        goal = Goal(float(value), int(at))
+    except ValueError:
+        raise ConfigError("recall", "must look like 0.9@10 (recall @ neighbours)",
+                          value=text) from None
+    if not 0 < goal.recall <= 1 or not 1 <= goal.at <= 1024:
+        raise ConfigError("recall", "needs a recall in (0, 1] and 1..1024 neighbours",
+                          value=text)
+    return goal
+
+
+@dataclass
+class IndexPoint:
+    nlist: int
+    m: int
+    nprobe: int
+    recall: float
+    sizes: np.ndarray = field(repr=False)
+    probes: np.ndarray = field(repr=False)
+
+
+def query_rows(n, max_queries, seed):
+    """Rows of the queries explore uses: all ``n``, or ``max_queries`` drawn at random."""
+    if n <= max_queries:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_queries, replace=False))
+
+
+def exact_truth(base, queries, at):
+    """Ids of the ``at`` nearest base vectors of every query (faiss ``IndexFlatL2``)."""
+    faiss = import_faiss()
+    flat = faiss.IndexFlatL2(base.shape[1])
+    flat.add(np.ascontiguousarray(base, dtype=np.float32))
+    return flat.search(np.ascontiguousarray(queries, dtype=np.float32), at)[1]
+
+
+def _data(base, queries, gt, goal, sample, rows, seed, log):
+    """Integer base and queries (the node's 8 bits, one scale), the ground truth and notes."""
+    notes = []
+    if len(rows) < len(queries):
+        notes.append(f"{len(rows)} of the {len(queries)} queries, drawn at random")
+    queries = queries[rows]
+    gt = gt[rows] if gt is not None else None
+    if len(base) > sample:
+        pick = np.sort(np.random.default_rng(seed).choice(len(base), sample, replace=False))
+        base = base[pick]
+        gt = None
+        notes.append(f"base subsampled to {sample:,} of its vectors at random; ground truth "
+                     "recomputed exactly on the subsample, so recall is that of a database "
+                     "of this size (validation measures it on the whole base)")
+    if gt is not None and gt.shape[1] < goal.at:
+        raise ConfigError("gt", f"holds {gt.shape[1]} neighbours per query; the goal needs "
+                          f"{goal.at}")
+    if gt is None:
+        gt = exact_truth(base, queries, goal.at)
+        if log:
+            log(f"explore: exact ground truth of {len(queries)} queries computed")
+    if np.issubdtype(base.dtype, np.integer):
+        base_i, queries_i = base.astype(np.int64), queries.astype(np.int64)
+    else:
+        base_i, scale = quantize_vectors(base, 8)
+        queries_i, _ = quantize_vectors(queries, 8, scale)
+    return base_i, queries_i, np.asarray(gt)[:, :goal.at], notes
+
+
+def _recall(found, truth, at):
+    return float(np.mean([len(set(f[:at].tolist()) & set(g[:at].tolist())) / at
+                          for f, g in zip(found, truth)]))
+
+
+def _grid(n, dim, word_bytes, nlists, ms):
+    if not nlists:
+        root = math.sqrt(n)
+        nlists = [1 << e for e in range(4, 17) if root / 4 <= (1 << e) <= 4 * root] or [16]
+    nlists = [v for v in nlists if 1 <= v <= n // 4]
+    ms = [v for v in (ms or MS) if dim % v == 0 and word_bytes % v == 0]
+    if not nlists:
+        raise ConfigError("nlist", f"no list count fits a base of {n} vectors (at most n / 4)")
+    if not ms:
+        raise ConfigError("m", f"no PQ width divides both the dimension {dim} and the "
+                          f"{word_bytes}-byte memory word")
+    return nlists, ms
+
+
+def index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log=None):
+    """Every (nlist, m, nprobe) of the grid with its recall measured by faiss on the node's
+    integer index; the index is trained once per (nlist, m)."""
+    points = []
+    for nlist in nlists:
+        for m in ms:
+            t = time.monotonic()
+            idx = train_integer_ivfpq(base_i, nlist=nlist, m=m, seed=seed)
+            sizes = np.array([len(ids) for ids in idx.list_ids], dtype=np.int64)
+            for nprobe in [p for p in NPROBES if p <= nlist]:
+                idx.index.nprobe = nprobe
+                _, found = idx.index.search(queries_i.astype(np.float32), goal.at)
+                recall = _recall(found, gt, goal.at)
+                points.append(IndexPoint(nlist, m, nprobe, recall, sizes,
+                                         idx.probe(queries_i, nprobe)))
+            if log:
+                best = max(p.recall for p in points if p.nlist == nlist and p.m == m)
+                log(f"explore: nlist {nlist}, m {m}: trained and searched in "
+                    f"{time.monotonic() - t:.1f} s; recall@{goal.at} up to {best:.3f}")
+    return points
+
+
+def _node_cycles(cfg, point, nodes, k, model_queries):
+    """Mean cycles per query of one node holding ``1 / nodes`` of every list (the largest
+    share, dealt round-robin over the channels as :func:`~hwgen.vecsearch.layout.pack_index`
+    deals it), from the cycle model on the first ``model_queries`` queries' probed lists."""
+    share = -(-point.sizes // nodes)
+    ch = np.arange(cfg.n_channels)
+    layout = SimpleNamespace(count=np.maximum(0, -(-(share[:, None] - ch[None, :])
+                                                   // cfg.n_channels)))
+    total = [layout_query_cycles(cfg, layout, probes,
+                                 int(min(k, share[probes].sum())))["total"]
+             for probes in point.probes[:model_queries]]
+    return float(np.mean(total))
+
+
+def _segment_bits(point, nodes, channels, codes_per_word):
+    longest = -(-int(point.sizes.max()) // nodes)
+    words = -(-(-(-longest // channels)) // codes_per_word)
+    return max(16, max(1, words - 1).bit_length())
+
+
+def designs(point, board, dim, k, nodes, channels=None, lut_widths=LUT_WIDTHS, queues=QUEUES):
+    """The node configurations searched for one index point (invalid ones left out): every
+    channel count of ``channels`` (all of the board's primary memory's by default; the board's
+    whole count is written ``channels = 0``, "all"), LUT-builder width and queue kind."""
+    out = []
+    count = board.primary_memory.count
+    for n in channels or range(1, count + 1):
+        for width in lut_widths:
+            for queue in queues:
+                try:
+                    cfg = ChamVSNodeConfig(board=board.name, channels=0 if n == count else n,
+                                           dim=dim, m=point.m, nlist=point.nlist,
+                                           nprobe_max=point.nprobe, k=k, lut_sub_par=width,
+                                           queue=queue)
+                    cfg = cfg.replace(segment_bits=_segment_bits(point, nodes, cfg.n_channels,
+                                                                 cfg.codes_per_word))
+                except ConfigError:
+                    continue
+                out.append(cfg)
+    return out
+
+
+def _front(rows):
+    """Rows no other row beats on both recall and QPS, by recall."""
+    front, best = [], -1.0
+    for r in sorted(rows, key=lambda r: (-r["recall"], -r["qps"])):
+        if r["qps"] > best:
+            front.append(r)
+            best = r["qps"]
+    return sorted(front, key=lambda r: r["recall"])
+
+
+def _config_key(config_dict):
+    return tuple(sorted(config_dict.items()))
+
+
+def estimate_task(config_dict):
+    """The netlist resource estimate of one node configuration (a Dask task: plain data in and
+    out)."""
+    from ..flow.resources import estimate
+    return estimate(registry.get("chamvs-node"), ChamVSNodeConfig(**config_dict)).to_dict()
+
+
+def _usage(res, board, budget):
+    counts = {"lut": res["lut"], "ff": res["ff"], "bram": res["bram18"], "uram": res["uram"],
+              "dsp": res["dsp"]}
+    pct = {k: round(v, 2) for k, v in board.percent(counts).items()}
+    return {"resources": res, "percent": pct, "binding": max(pct, key=pct.get),
+            "fits": all(v <= budget for v in pct.values())}
+
+
+def _estimate_front(rows, goal, board, budget, max_estimates, scheduler, workers, log):
+    """Resources of the designs that matter, in rounds on Dask: each round estimates the front
+    of the designs not known to overflow (those reaching the goal first, fastest first), until
+    every front design is estimated or ``max_estimates`` are spent. Returns the estimates
+    made."""
+    from ..flow.sweep import dask_client
+    cache = {}
+    client = cluster = None
+    try:
+        while len(cache) < max_estimates:
+            front = _front([r for r in rows if r.get("fits", True)])
+            todo = [r for r in sorted(front, key=lambda r: (r["recall"] < goal.recall,
+                                                           -r["qps"]))
+                    if "fits" not in r]
+            if not todo:
+                break
+            keys = []
+            for r in todo:
+                key = _config_key(r["config"])
+                if key not in cache and key not in keys:
+                    keys.append(key)
+            keys = keys[:max_estimates - len(cache)]
+            if keys:
+                if client is None:
+                    client, cluster = dask_client(scheduler, workers)
+                t = time.monotonic()
+                futures = client.map(estimate_task, [dict(k) for k in keys], pure=False)
+                for key, res in zip(keys, client.gather(futures)):
+                    cache[key] = res
+                if log:
+                    log(f"explore: {len(keys)} resource estimates in "
+                        f"{time.monotonic() - t:.0f} s ({len(cache)} in all)")
+            for r in rows:
+                key = _config_key(r["config"])
+                if key in cache and "fits" not in r:
+                    r.update(_usage(cache[key], board, budget))
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    return cache
+
+
+def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
+            sample=100_000, max_queries=200, model_queries=64, nlists=None, ms=None,
+            channels=None, lut_widths=LUT_WIDTHS, queues=QUEUES, seed=1234, k=None,
+            max_estimates=24, scheduler=None, workers=None, log=None):
+    """Search the index and node spaces; returns the JSON-ready result (``chosen`` is None and
+    ``limit`` says why when no design reaches the goal within the budget)."""
+    t0 = time.monotonic()
+    board = load_board(board)
+    k = k or goal.at
+    if k < goal.at:
+        raise ConfigError("k", f"must be at least the goal's {goal.at} neighbours", value=k)
+    if not 0 < budget <= 100:
+        raise ConfigError("budget", "must be a percentage in (0, 100]", value=budget)
+    if nodes < 1:
+        raise ConfigError("nodes", "must be at least 1", value=nodes)
+    if base.ndim != 2 or queries.ndim != 2 or queries.shape[1] != base.shape[1]:
+        raise ConfigError("queries", f"must be a matrix of the base's dimension "
+                          f"{base.shape[-1]} (got shape {queries.shape})")
+    if gt is not None and len(gt) != len(queries):
+        raise ConfigError("gt", f"has {len(gt)} rows for {len(queries)} queries")
+    rows_q = query_rows(len(queries), max_queries, seed)
+    base_i, queries_i, gt, notes = _data(base, queries, gt, goal, sample, rows_q, seed, log)
+    word_bytes = board.primary_memory.axi_data_bits // 8
+    nlists, ms = _grid(len(base_i), base_i.shape[1], word_bytes, nlists, ms)
+    points = index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log)
+    clock = measured_clock({"chamvs-node"}, board.kernel_clock_mhz)
+    clock_mhz = clock["clock_mhz"] or board.kernel_clock_mhz
+    rows = []
+    t = time.monotonic()
+    for point in points:
+        for cfg in designs(point, board, base_i.shape[1], k, nodes, channels, lut_widths,
+                           queues):
+            cycles = _node_cycles(cfg, point, nodes, k, model_queries)
+            rows.append({"recall": point.recall, "qps": clock_mhz * 1e6 / cycles,
+                         "cycles": cycles, "nlist": point.nlist, "m": point.m,
+                         "nprobe": point.nprobe, "channels": cfg.n_channels,
+                         "lut_sub_par": cfg.lut_sub_par, "queue": cfg.queue,
+                         "config": cfg.to_dict()})
+    if not rows:
+        raise ConfigError("channels", "no node configuration of the grid is valid on "
+                          f"{board.name}")
+    if log:
+        log(f"explore: {len(rows)} designs through the cycle model in "
+            f"{time.monotonic() - t:.1f} s")
+    best = max(points, key=lambda p: p.recall)
+    if best.recall >= goal.recall:
+        cache = _estimate_front(rows, goal, board, budget, max_estimates, scheduler, workers,
+                                log)
+        front = _front([r for r in rows if r.get("fits")])
+    else:       # no index reaches the goal: no design to size; the front as modelled
+        cache = {}
+        front = [{**r, "binding": None} for r in _front(rows)]
+    chosen = next((r for r in sorted(front, key=lambda r: -r["qps"])
+                   if r["recall"] >= goal.recall), None)
+    limit = None
+    if chosen is None:
+        if best.recall < goal.recall:
+            limit = (f"recall@{goal.at} >= {goal.recall:g} is out of reach: the best index "
+                     f"of the grid (nlist {best.nlist}, m {best.m}, nprobe {best.nprobe}) finds "
+                     f"{best.recall:.3f}; product-quantisation codes of at most "
+                     f"{max(ms)} bytes limit it (a larger m, or re-ranking with full "
+                     "vectors, would be needed)")
+        else:
+            limit = (f"no design reaching recall@{goal.at} >= {goal.recall:g} fits "
+                     f"{budget:g}% of the {board.name}'s resources (of {len(cache)} estimated)")
+    if nodes > 1:
+        notes.append(f"each of {nodes} nodes holds 1/{nodes} of every list; QPS is per node "
+                     "query stream (all nodes search every query)")
+    notes.append(f"cycles per query from the cycle model on {min(model_queries, len(queries_i))}"
+                 " queries' probed lists")
+    return {"goal": str(goal), "board": board.name, "nodes": nodes, "budget_percent": budget,
+            "base_vectors": int(len(base_i)), "dim": int(base_i.shape[1]),
+            "queries": int(len(queries_i)), "query_rows": rows_q.tolist(), "notes": notes,
+            "grid": {"nlist": nlists, "m": ms, "nprobe": list(NPROBES),
+                     "channels": sorted({r["channels"] for r in rows}),
+                     "lut_sub_par": list(lut_widths), "queue": list(queues)},
+            "clock": {"mhz": clock_mhz, "ratio": clock["ratio"], "block": clock["block"],
+                      "measured": clock["clock_mhz"] is not None},
+            "index_points": [{"nlist": p.nlist, "m": p.m, "nprobe": p.nprobe,
+                              "recall": p.recall} for p in points],
+            "designs": len(rows), "estimated": len(cache),
+            "front": front, "chosen": chosen, "limit": limit,
+            "all": [{k2: r[k2] for k2 in ("recall", "qps", "nlist", "m", "nprobe",
+                                          "channels", "lut_sub_par", "queue")} for r in rows],
+            "seconds": time.monotonic() - t0}
+
+
+def picks(result, count):
+    """The ``count`` fastest distinct designs of the front and below it that reach the goal and
+    fit (the chosen first)."""
+    goal = parse_goal(result["goal"])
+    out, seen = [], set()
+    for r in sorted(result["front"], key=lambda r: -r["qps"]):
+        key = _config_key(r["config"])
+        if r["recall"] >= goal.recall and key not in seen:
+            out.append(r)
+            seen.add(key)
+    return out[:count]
+
+
+def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, log=None):
+    """The ``count`` best designs (:func:`picks`) on the whole ``base``: each design's index
+    trained there, its recall on explore's queries (faiss, against ``gt`` or the exact
+    neighbours), and ``sim_queries`` of them simulated on the native engine: mismatches against
+    the golden model and the cycle model's error against the simulated cycles."""
+    goal = parse_goal(result["goal"])
+    rows = np.asarray(result["query_rows"], dtype=np.int64)
+    queries = queries[rows]
+    truth = (np.asarray(gt)[rows] if gt is not None else exact_truth(base, queries, goal.at))
+    out = []
+    for row in picks(result, count):
+        cfg = ChamVSNodeConfig(**row["config"])
+        t = time.monotonic()
+        n = min(sim_queries, len(queries))
+        data = prepare(cfg, base=base, queries=queries, nprobe=row["nprobe"],
+                       count=len(queries), seed=seed)           # every query, in order
+        data.index.index.nprobe = row["nprobe"]
+        found = data.index.index.search(data.queries.astype(np.float32), goal.at)[1]
+        recall = _recall(found, truth, goal.at)
+        sim, cycles = simulate_sample(cfg, data, n, seed, log)
+        model = [layout_query_cycles(cfg, data.layout, pr, cfg.k)["total"]
+                 for pr in data.probes[:n]]
+        errors = [abs(m - c) / c for m, c in zip(model, cycles)]
+        mean_error = (float(abs(np.mean(model) - np.mean(cycles)) / np.mean(cycles))
+                      if cycles else None)
+        out.append({"config": row["config"], "nprobe": row["nprobe"],
+                    "recall": recall, "reaches_goal": recall >= goal.recall,
+                    "simulated_queries": n, "mismatches": sim["mismatches"],
+                    "timeout": sim["timeout"], "cycles": cycles, "model_cycles": model,
+                    "model_error_mean": mean_error,
+                    "model_error_max": float(max(errors)) if errors else None,
+                    "sim_recall": sim.get("recall"),
+                    "ok": (sim["mismatches"] == 0 and not sim["timeout"] and bool(cycles)
+                           and mean_error <= 0.05),
+                    "seconds": time.monotonic() - t})
+        if log:
+            v = out[-1]
+            log(f"explore: validated nlist {cfg.nlist}, m {cfg.m}, nprobe {row['nprobe']}, "
+                f"{cfg.n_channels} ch, lut_sub_par {cfg.lut_sub_par}, {cfg.queue} on "
+                f"{len(base):,} vectors: recall@{goal.at} {recall:.3f}, {n} queries simulated,"
+                f" {v['mismatches']} mismatches, model {v['model_error_mean']:.1%} off the "
+                f"simulated cycles, {v['seconds']:.0f} s")
+    return out
+
+
+def plot_front(result, path):
+    """QPS against recall: every design searched (grey) and the front, coloured by the
+    resource that binds it; the chosen design ringed."""
+    from ..plots import new_axes, save_axes
+    fig, ax = new_axes()
+    every = result["all"]
+    ax.scatter([r["recall"] for r in every], [r["qps"] for r in every], s=6, c="0.8",
+               label=f"designs searched ({len(every)})")
+    colours = {"lut": "tab:blue", "ff": "tab:orange", "bram": "tab:red", "uram": "tab:purple",
+               "dsp": "tab:green"}
+    for res, colour in colours.items():
+        pts = [r for r in result["front"] if r["binding"] == res]
+        if pts:
+            ax.scatter([r["recall"] for r in pts], [r["qps"] for r in pts], s=30, c=colour,
+                       label=f"front, bound by {res}")
+    pts = [r for r in result["front"] if r["binding"] is None]
+    if pts:
+        ax.scatter([r["recall"] for r in pts], [r["qps"] for r in pts], s=30, c="k",
+                   label="front (resources not estimated)")
+    if result["chosen"]:
+        c = result["chosen"]
+        ax.scatter([c["recall"]], [c["qps"]], s=160, facecolors="none", edgecolors="k",
+                   label="chosen")
+    ax.axvline(float(result["goal"].split("@")[0]), color="k", linestyle=":", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_title(f"ChamVS designs on {result['board']}: {result['base_vectors']:,} vectors, "
+                 f"D {result['dim']}", fontsize="medium")
+    return save_axes(fig, ax, path, f"recall@{result['goal'].split('@')[1]}",
+                     f"QPS per query stream ({result['clock']['mhz']:g} MHz)")
