@@ -200,7 +200,7 @@ class _PercentOption(click.ParamType):
 @click.option("--max-queries", type=int, default=200, show_default=True,
               help="Queries measured (drawn at random from --queries).")
 @click.option("--nlist", "nlists", type=int, multiple=True,
-              help="IVF list counts searched (repeatable; default: powers of two within 4x of "
+              help="IVF list counts searched (repeatable; default: powers of two within 2x of "
                    "sqrt(n)).")
 @click.option("--m", "ms", type=int, multiple=True,
               help="PQ bytes per code searched (repeatable; default 8, 16, 32, 64).")
@@ -272,7 +272,9 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
             click.echo(f"  validated nlist {c['nlist']}, m {c['m']}, nprobe {v['nprobe']}, "
                        f"channels {c['channels'] or 'all'}, lut_sub_par {c['lut_sub_par']}, "
                        f"{c['queue']}: recall@{goal.at} {v['recall']:.3f} on "
-                       f"{len(base_v):,} vectors; {v['mismatches']} mismatches in "
+                       f"{len(base_v):,} vectors"
+                       + ("" if v["reaches_goal"] else " (below the goal at this size)")
+                       + f"; {v['mismatches']} mismatches in "
                        f"{v['simulated_queries']} simulated queries; model "
                        f"{v['model_error_mean']:.1%} off the simulated cycles")
     if config_out is None and json_path and result["chosen"]:
@@ -305,7 +307,8 @@ def explore_lines(result):
              f"  clock {clock['mhz']:g} MHz (" + (f"kernel clock x measured fmax_ratio "
                                                   f"{clock['ratio']:.3f} of {clock['block']})"
                                                   if clock["measured"] else "declared)"),
-             f"  {len(result['index_points'])} indexes measured, {result['designs']} designs "
+             f"  {len(result['index_points'])} index settings (nlist, m, nprobe) measured, "
+             f"{result['designs']} designs "
              f"modelled, {result['estimated']} resource estimates; {result['seconds']:.0f} s"]
     lines += [f"  note: {n}" for n in result["notes"]]
     lines.append("  front (recall, QPS, nlist, m, nprobe, channels, lut_sub_par, queue, "

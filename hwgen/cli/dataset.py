@@ -27,9 +27,10 @@ def dataset():
               help="The .npy file to write (int16 vectors).")
 @reports_errors
 def dataset_digits_syn(vectors, noise, seed, out_path):
-    """scikit-learn's digits (1,597 base vectors; the last 200 stay queries) replicated with
-    noise, as the Chameleon paper builds its SYN data sets from SIFT: integer vectors of signed
-    8-bit range, 64 dimensions."""
+    """scikit-learn's digits (1,597 base vectors; the last 200 stay queries), noisy copies of
+    every vector to reach a count: integer vectors of signed 8-bit range, 64 dimensions. A
+    scale test (each vector has hundreds of near-copies, so recall is low); the paper's SYN
+    sets widen vectors instead: ``dataset syn-512`` / ``syn-1024``."""
     import numpy as np
     from ..datasets import digits, replicated
     from ..vecsearch.node_model import QUERY_POOL

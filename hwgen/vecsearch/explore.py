@@ -37,6 +37,7 @@ cycles; it does not synthesise the picks with yosys (``hwgen build --synth`` of 
 config does).
 """
 
+import gc
 import math
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ def parse_goal(text):
 
 @dataclass
 class IndexPoint:
+    """One index setting measured: its recall, the lists' sizes and each query's probed lists."""
     nlist: int
     m: int
     nprobe: int
@@ -149,7 +151,7 @@ def _recall(found, truth, at):
 def _grid(n, dim, word_bytes, nlists, ms):
     if not nlists:
         root = math.sqrt(n)
-        nlists = [1 << e for e in range(4, 17) if root / 4 <= (1 << e) <= 4 * root] or [16]
+        nlists = [1 << e for e in range(4, 17) if root / 2 <= (1 << e) <= 2 * root] or [16]
     nlists = [v for v in nlists if 1 <= v <= n // 4]
     ms = [v for v in (ms or MS) if dim % v == 0 and word_bytes % v == 0]
     if not nlists:
@@ -357,8 +359,9 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
             limit = (f"recall@{goal.at} >= {goal.recall:g} is out of reach: the best index "
                      f"of the grid (nlist {best.nlist}, m {best.m}, nprobe {best.nprobe}) finds "
                      f"{best.recall:.3f}; product-quantisation codes of at most "
-                     f"{max(ms)} bytes limit it (a larger m, or re-ranking with full "
-                     "vectors, would be needed)")
+                     f"{max(ms)} bytes limit it (the node's m is at most its "
+                     f"{word_bytes}-byte memory word; a longer code, or re-ranking with "
+                     "full vectors on the host, would be needed)")
         else:
             limit = (f"no design reaching recall@{goal.at} >= {goal.recall:g} fits "
                      f"{budget:g}% of the {board.name}'s resources (of {len(cache)} estimated)")
@@ -432,6 +435,8 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, lo
                     "ok": (sim["mismatches"] == 0 and not sim["timeout"] and bool(cycles)
                            and mean_error <= 0.05),
                     "seconds": time.monotonic() - t})
+        del data, sim         # a million-vector design holds gigabytes: free it before the next
+        gc.collect()
         if log:
             v = out[-1]
             log(f"explore: validated nlist {cfg.nlist}, m {cfg.m}, nprobe {row['nprobe']}, "
