@@ -31,7 +31,7 @@ def built(smollm2, tmp_path_factory):  # noqa: F811
     model, _ = smollm2
     out = tmp_path_factory.mktemp("keys")
     lines = []
-    meta = keys.build_ralm_keys(out, 300, corpus="papers", queries=20, gt_k=5, model=model,
+    meta = keys.build_ralm_keys(out, 300, corpus="lee", queries=20, gt_k=5, model=model,
                                 log=lines.append)
     return model, out, meta, lines
 
@@ -43,7 +43,7 @@ def test_keys_are_the_models_hidden_states(built):
     model, out, meta, _ = built
     base, values = np.load(out / "base.npy"), np.load(out / "values.npy")
     assert base.shape == (300, 576) and base.dtype == np.float32 and meta["tokens"] == 300
-    first, _ = keys.split_documents(load("papers"))
+    first, _ = keys.split_documents(load("lee"))
     ids = model.tokenizer.encode(first[0].text)
     _, hidden = model.forward(ids, logits=False)
     n = min(len(ids) - 1, 300)
@@ -52,7 +52,7 @@ def test_keys_are_the_models_hidden_states(built):
     ints = np.load(out / "base_int8.npy")
     want = np.clip(np.round(base.astype(np.float64) * meta["int8_inv_scale"]), -128, 127)
     np.testing.assert_array_equal(ints, want.astype(np.int8))
-    assert meta["mix"] == {"papers": 300}
+    assert meta["mix"] == {"lee": 300}
 
 
 def test_ground_truth_is_exact(built):
@@ -71,14 +71,14 @@ def test_ground_truth_is_exact(built):
 def test_finished_build_is_reused_and_interrupted_one_resumes(built):
     model, out, meta, _ = built
     lines = []
-    again = keys.build_ralm_keys(out, 300, corpus="papers", queries=20, gt_k=5,
+    again = keys.build_ralm_keys(out, 300, corpus="lee", queries=20, gt_k=5,
                                  model=object(), log=lines.append)   # would fail if used
     assert again == meta and "cached" in lines[0]
     before = np.load(out / "base.npy")
     (out / "meta.json").unlink()
     parts = sorted((out / "parts").glob("part-*.npz"))
     assert parts
-    resumed = keys.build_ralm_keys(out, 300, corpus="papers", queries=20, gt_k=5, model=model)
+    resumed = keys.build_ralm_keys(out, 300, corpus="lee", queries=20, gt_k=5, model=model)
     np.testing.assert_array_equal(np.load(out / "base.npy"), before)
     assert resumed["tokens"] == 300
     assert json.loads((out / "meta.json").read_text())["params"]["tokens"] == 300
