@@ -53,7 +53,7 @@ from .baseline import simulate_sample
 from .ivfpq import import_faiss, quantize_vectors, train_integer_ivfpq
 from .model import layout_query_cycles
 from .node import ChamVSNodeConfig
-from .node_model import prepare
+from .node_model import prepare, recall_at
 
 __all__ = ["Goal", "parse_goal", "explore", "validate", "plot_front", "LUT_WIDTHS", "QUEUES"]
 
@@ -143,11 +143,6 @@ def _data(base, queries, gt, goal, sample, rows, seed, log):
     return base_i, queries_i, np.asarray(gt)[:, :goal.at], notes
 
 
-def _recall(found, truth, at):
-    return float(np.mean([len(set(f[:at].tolist()) & set(g[:at].tolist())) / at
-                          for f, g in zip(found, truth)]))
-
-
 def _grid(n, dim, word_bytes, nlists, ms):
     if not nlists:
         root = math.sqrt(n)
@@ -174,7 +169,7 @@ def index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log=None):
             for nprobe in [p for p in NPROBES if p <= nlist]:
                 idx.index.nprobe = nprobe
                 _, found = idx.index.search(queries_i.astype(np.float32), goal.at)
-                recall = _recall(found, gt, goal.at)
+                recall = recall_at(found, gt, goal.at)
                 points.append(IndexPoint(nlist, m, nprobe, recall, sizes,
                                          idx.probe(queries_i, nprobe)))
             if log:
@@ -418,7 +413,7 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, lo
                        count=len(queries), seed=seed)           # every query, in order
         data.index.index.nprobe = row["nprobe"]
         found = data.index.index.search(data.queries.astype(np.float32), goal.at)[1]
-        recall = _recall(found, truth, goal.at)
+        recall = recall_at(found, truth, goal.at)
         sim, cycles = simulate_sample(cfg, data, n, seed, log)
         model = [layout_query_cycles(cfg, data.layout, pr, cfg.k)["total"]
                  for pr in data.probes[:n]]
