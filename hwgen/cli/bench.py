@@ -35,8 +35,8 @@ def bench():
               help="The table of record to merge the rows into [default: "
               "hwgen/flow/timing_results.json].")
 @click.option("--readme", "readme_path", type=click.Path(dir_okay=False, exists=True),
-              help="Regenerate this README's timing table from the results (make timing: "
-              "README.md).")
+              help="Regenerate the timing table of this Markdown page from the results (make "
+              "timing: docs/guides/timing.md, the documentation site's timing page).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Folder for the sweep's sweep.json and sweep.csv [default: a temporary one].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
@@ -126,7 +126,7 @@ def bench_mutation(results_dir, json_path):
 @bench.command("sim")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
-              help="Write the rows as JSON.")
+              help="Write the rows as JSON (with the command, date, machine and commit).")
 @reports_errors
 def bench_sim_cmd(seed, json_path):
     """Simulated cycles per second: cocotb vs native engine, side by side."""
@@ -136,7 +136,8 @@ def bench_sim_cmd(seed, json_path):
         checks.output_file("json", json_path)
     rows = bench_sim(click.echo, seed=seed, log=_log)
     if json_path:
-        write_json(json_path, rows)
+        from ..flow.provenance import measured
+        write_json(json_path, {"measured": measured(), "rows": rows})
 
 
 for _command in (*chamvs.BENCHES, cluster.bench_cluster, recsys.bench_recsys):

@@ -11,7 +11,7 @@ from ..cli_support import reports_errors
 from ..errors import ConfigError, SimulationMismatch
 from ..vecsearch.host import node_server
 from .common import config as _config
-from .common import k_option, progress, with_config_options
+from .common import k_option, named_command, progress, with_config_options
 from .common import seed as _seed
 
 __all__ = ["chamvs", "demo", "BENCHES", "explore_lines"]
@@ -370,7 +370,8 @@ def bench_chamvs(base, queries, sim_queries, nprobe, sets, config_file, threads,
     for line in compare_lines(result):
         click.echo(line)
     if json_path:
-        write_json(json_path, result)
+        from ..flow.provenance import measured
+        write_json(json_path, {**result, "measured": measured()})
     if not (ok and result["ok"]):
         raise SimulationMismatch("the node disagreed with its golden model or its cycle model")
 
@@ -383,7 +384,7 @@ def bench_queues():
     run_bench(echo=click.echo)
 
 
-chamvs.add_command(bench_chamvs, "bench")
+chamvs.add_command(named_command(bench_chamvs, "bench"))
 
 #: The benchmarks of the node and its blocks, listed by ``hwgen bench``.
 BENCHES = (bench_chamvs, bench_pq_decoder, bench_lut_builder, bench_kselect, bench_queues)

@@ -10,7 +10,7 @@ from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
 from ..errors import ConfigError, SimulationMismatch
-from .common import alias_option
+from .common import alias_option, named_command
 
 __all__ = ["cluster", "bench_cluster"]
 
@@ -208,7 +208,7 @@ def bench_cluster(no_sim, measured, minilm_tokens, out_dir):
                                  "simulated encoder disagreed with its golden model")
 
 
-cluster.add_command(bench_cluster, "bench")
+cluster.add_command(named_command(bench_cluster, "bench"))
 
 
 def _echo_outcome(r, json_path):

@@ -71,6 +71,15 @@ def alias_option(flag, dest, **kwargs):
     return click.option(flag, dest, hidden=True, **kwargs)
 
 
+def named_command(command, name):
+    """``command`` under a second, visible name (``hwgen chamvs bench`` = ``hwgen bench
+    chamvs``): a shallow copy named ``name``, so its usage line and the command reference
+    (which names a command by its own name) show the path it was called by."""
+    named = copy.copy(command)
+    named.name = name
+    return named
+
+
 def alias_command(command):
     """``command`` under a second, hidden name (an old spelling): a shallow copy, so the
     visible command keeps showing in help."""

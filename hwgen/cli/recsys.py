@@ -11,7 +11,7 @@ from ..cli_support import reports_errors
 from ..errors import ConfigError, SimulationMismatch
 from .common import board as _board
 from .common import seed as _seed
-from .common import alias_option, write_json
+from .common import alias_option, named_command, write_json
 
 __all__ = ["recsys", "partition", "cluster_sim", "bench_recsys"]
 
@@ -146,7 +146,7 @@ _CPU_OPTIONS = {"cpu_preset": ("cpu-preset", "paper-ctr"), "batches": ("batch", 
               help="Embedding tables held in memory or memory-mapped from a file [default: "
               "auto: in memory up to 4 GiB, else mapped; paper-ctr's 15.1 GB are mapped].")
 @click.option("--cpu-dir", type=click.Path(file_okay=False),
-              help="Folder of the memory-mapped table file [default: <build cache>/recsys-cpu].")
+              help="Folder of the memory-mapped table file [default: recsys-cpu in the build cache].")
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Seed of the CPU baseline's indices and dense features.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
@@ -184,4 +184,4 @@ def bench_recsys(no_sim, cpu, json_path, seed, **cpu_options):
                                  "cycle model is off by more than 5%")
 
 
-recsys.add_command(bench_recsys, "bench")
+recsys.add_command(named_command(bench_recsys, "bench"))

@@ -144,7 +144,7 @@ def windve():
 
 @windve.command("run")
 @click.option("--devices", help="Declared instances, e.g. cpu:1,cpu:1 or gpu:0,cpu:8@0-7 "
-              "(KIND[:THREADS or INDEX][@CORES]); default: detect. With only CPU instances "
+              "(KIND, then :THREADS or :INDEX, then optionally @CORES); default: detect. With only CPU instances "
               "declared, the first one emulates the accelerator.")
 @click.option("--heterogeneous/--no-heterogeneous", default=False, show_default=True,
               help="Overflow to the CPU queue when the main queue is full.")
