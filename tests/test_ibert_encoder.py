@@ -10,7 +10,7 @@ is compared with the reference module's output. The reference is exact in its li
 requants and the integer scores ``Q K^T`` (tests/test_ibert_reference.py: 0 mismatches in
 the model), inexact in float32 in IntSoftmax (its scores are a float matmul divided by
 sqrt(d), not integers), IntLayerNorm (variance and product above 2**24) and IntGELU (above
-2**24): README "I-BERT: agreement with the reference". So the first stage at which the golden
+2**24): docs/guides/ibert.md, "I-BERT: agreement with the reference". So the first stage at which the golden
 layer differs must be one of those kernels, where two derived checks replace a tolerance
 (``tests/ibert_float32.py``): the golden stage equals the exact evaluation of the
 reference's formula on the same integers, and the reference's float32 output lies in the

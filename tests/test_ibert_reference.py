@@ -10,8 +10,8 @@ asserted instead of an observed tolerance (``tests/ibert_float32.py`` derives bo
 golden model equals the exact evaluation of the reference's formula on the same integers, and
 the reference's float32 output lies in the interval that its operations allow on any processor
 (sums in any order, vector roots and reciprocals within two units in the last place). The
-classes of the differing elements are still counted and printed. README "I-BERT: agreement
-with the reference" explains each class.
+classes of the differing elements are still counted and printed. docs/guides/ibert.md ("I-BERT:
+agreement with the reference") explains each class.
 """
 
 import numpy as np

@@ -40,10 +40,10 @@ def _row(**changes):
 
 
 def test_readme_table_is_generated_from_the_results():
-    """The README's block between the markers is exactly :func:`markdown` of the file, so a
-    number edited by hand in either place fails here (regenerate with ``make timing`` or
-    ``hwgen bench timing --readme README.md``)."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """The timing page's block between the markers is exactly :func:`markdown` of the file, so
+    a number edited by hand in either place fails here (regenerate with ``make timing`` or
+    ``hwgen bench timing --readme docs/guides/timing.md``)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "timing.md").read_text()
     start = text.index(timing_table.README_BEGIN) + len(timing_table.README_BEGIN)
     end = text.index(timing_table.README_END)
     assert text[start:end] == "\n" + timing_table.markdown(TABLE)
@@ -80,7 +80,7 @@ def test_row_is_current(row, tmp_path):
     v_path, _ = emit_accelerator(acc, acc.config.from_dict(row["config"]), tmp_path)
     assert hashlib.sha256(v_path.read_bytes()).hexdigest() == row["verilog_sha256"], \
         f"{row['block']}: gateware changed since {row['measured']['date']}; run " \
-        f"hwgen bench timing --only {row['accelerator']} --readme README.md"
+        f"hwgen bench timing --only {row['accelerator']} --readme docs/guides/timing.md"
 
 
 def test_merge_replaces_measured_rows_and_keeps_the_rest():

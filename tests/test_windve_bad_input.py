@@ -453,7 +453,7 @@ def test_200_clients_at_10x_capacity_health_answers_and_every_request_is_counted
     # Regression guard, not a speed target: before the fix /health queued behind the
     # tokenization on the event loop (p50 1.3 s, up to 5.2 s under this overload), so a p99
     # under 1 s shows it no longer waits for the work. The p99 < 100 ms is a
-    # measurement on an idle machine (the printed figure; see the README's WindVE section),
+    # measurement on an idle machine (the printed figure; see docs/guides/windve.md),
     # since a loaded CI core adds its own scheduling delay.
     print(f"/health p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms over {len(times)} probes; "
           f"200: {statuses.count(200)}, 429: {statuses.count(429)}")

@@ -6,7 +6,7 @@ Flow verbs, the same for every registered accelerator (:mod:`.flow`): ``list``, 
 (:mod:`.recsys`), ``cluster`` (:mod:`.cluster`), ``windve`` (:mod:`.windve`), ``espn``
 (:mod:`.espn`), ``ralm`` (:mod:`.ralm`). ``hwgen demo`` is ``hwgen chamvs demo``. Old spellings
 stay as hidden aliases: ``serve`` (``windve``), ``partition``, ``size-queues``,
-``recsys-cluster-sim``, and the renamed options of each command (README: "Shared options").
+``recsys-cluster-sim``, and the renamed options of each command (docs/guides/commands.md: "Shared options").
 
 Every command takes the accelerator's parameters from its defaults, then ``--config FILE.json``,
 then ``--set key=value`` (repeatable). Invalid input is reported on one line naming the parameter

@@ -12,9 +12,9 @@ configurations not measured in a run are kept as they were.
 
 Readers:
 
-* the README's timing table is generated from it (:func:`markdown`, :func:`update_readme`:
+* the documentation's timing table (``docs/guides/timing.md``) is generated from it (:func:`markdown`, :func:`update_readme`:
   the text between :data:`README_BEGIN` and :data:`README_END`), and
-  ``tests/test_timing_table.py`` fails when the README and the file disagree;
+  ``tests/test_timing_table.py`` fails when that page and the file disagree;
 * ``hwgen build``'s ``report.json`` takes a row whose Verilog is the build's
   (:func:`lookup`) when the configuration has no ``hwgen timing`` run of its own;
 * the same test re-emits every row's Verilog and fails on a row whose gateware changed since

@@ -5,7 +5,7 @@ Each function mirrors one module of the public reference, Hugging Face
 integer inputs plus the float scale the reference uses, and returns ``(integer output, output
 scale)``. The reference holds integers in float32 tensors; where its float arithmetic is exact,
 the results are identical (``tests/test_ibert_reference.py`` checks this and counts the cases
-where the reference's own float arithmetic is inexact; README "I-BERT").
+where the reference's own float arithmetic is inexact; docs/guides/ibert.md).
 
 Host-side constants (``b_int``, ``c_int``, ``x0_int``, dyadic multipliers ``(m, e)``, ``bias_int``)
 are derived exactly as the reference derives them, with float32 operations in the order torch

@@ -1,6 +1,6 @@
 """Benchmarks of the ChamVS blocks: throughput and latency measured in simulation, resources
-from yosys, exactness of the approximate K-selection. ``hwgen bench NAME`` prints the README
-tables."""
+from yosys, exactness of the approximate K-selection. ``hwgen bench NAME`` prints the tables of
+the ChamVS and K-selection guides (``docs/guides/``)."""
 
 import numpy as np
 
@@ -30,7 +30,7 @@ def _row(cells):
 
 
 def bench_pq_decoder(echo=print, items=20000):
-    """``hwgen bench pq-decoder``: the README table of the PQ decoding unit. For m in 16/32/64 and
+    """``hwgen bench pq-decoder``: the ChamVS guide's table of the PQ decoding unit. For m in 16/32/64 and
     16/24-bit LUT entries, simulates ``items`` codes at ``--stall 0`` (results per cycle, latency in
     cycles beside the cycle model's) and synthesises it with yosys when installed (LUT, FF, BRAM18,
     DSP, LUTs against a quarter of FANNS's float PE); rows go to ``echo``."""
@@ -59,7 +59,7 @@ def bench_pq_decoder(echo=print, items=20000):
 
 
 def bench_lut_builder(echo=print, pairs=8):
-    """``hwgen bench lut-builder``: the README table of the LUT builder at dim 128, m 16, for
+    """``hwgen bench lut-builder``: the ChamVS guide's table of the LUT builder at dim 128, m 16, for
     ``sub_par`` 16/4/1: rows per cycle simulated (``pairs`` query pairs, ``--stall 0``) and
     modelled, cycles per LUT, latency in cycles and yosys resources when installed; rows go to
     ``echo``."""
