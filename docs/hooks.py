@@ -10,6 +10,7 @@ NAME          file                                        regenerate with
 timing        ``hwgen/flow/timing_results.json``          ``make timing``
 sim-speed     ``docs/data/bench_sim.json``                ``hwgen bench sim --json FILE``
 chamvs-cpu    ``docs/data/bench_chamvs.json``             ``hwgen bench chamvs --json FILE``
+cluster       ``docs/data/bench_cluster.json``            ``hwgen bench cluster --json FILE``
 ============  ==========================================  ===================================
 """
 
@@ -59,10 +60,19 @@ def chamvs_cpu():
     return text + "\n" + _source(rel, record)
 
 
+def cluster():
+    """``hwgen bench cluster``: the latency model against the paper, as the bench prints it."""
+    rel = "docs/data/bench_cluster.json"
+    record = _load(rel)
+    text = "\n".join(["```text", f"$ {record['measured']['command']}", *record["lines"], "```"])
+    return text + "\n" + _source(rel, record)
+
+
 TABLES = {
     "timing": lambda: timing_table.markdown(timing_table.load()),
     "sim-speed": sim_speed,
     "chamvs-cpu": chamvs_cpu,
+    "cluster": cluster,
 }
 
 

@@ -102,6 +102,10 @@ def test_generated_tables_show_the_bench_json(site):
     text = _text(site / "guides" / "chamvs" / "index.html")
     assert f"{node['cpu_faiss'][0]['qps']:,.0f}" in text
     assert f"{node['node_simulated']['speed']['qps']:,.0f}" in text
+    bench = json.loads((DOCS / "data" / "bench_cluster.json").read_text())
+    text = _text(site / "guides" / "platform" / "index.html")
+    for line in bench["lines"]:
+        assert " ".join(line.split()) in text, line
 
 
 def _sh_blocks(page):

@@ -268,7 +268,7 @@ def test_the_tutorial_commands(copy):
 @requires_verilator
 def test_a_broken_golden_model_is_caught(copy, tmp_path):
     """The same Verilog against a golden model that saturates one below the top: ``hwgen
-    sim`` reports the mismatches and exits 1 (the Verilator build is the one above)."""
+    sim`` reports the mismatches and exits 1."""
     broken = shutil.copytree(copy["root"], tmp_path / "src", ignore=IGNORE)
     model = broken / "hwgen" / "satadd" / "model.py"
     text = model.read_text()
@@ -280,7 +280,7 @@ def test_a_broken_golden_model_is_caught(copy, tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "broken.json").read_text())
-    assert result["mismatches"] > 0 and result["build_cached"]
+    assert result["mismatches"] > 0
 
 
 @requires_verilator

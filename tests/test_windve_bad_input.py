@@ -401,7 +401,14 @@ async def _requests_across_sigterm(url, proc, clients):
                 outcomes.append(type(e).__name__)
 
         async def stop():
-            await asyncio.sleep(0.3)
+            # SIGTERM once the service has accepted a request (so that one is in flight
+            # however slowly a loaded machine starts the clients), at the latest after 10 s
+            async with httpx.AsyncClient(timeout=5) as probe:   # its own connection
+                for _ in range(100):
+                    await asyncio.sleep(0.1)
+                    health = (await probe.get(url + "/health")).json()
+                    if any(q["accepted"] for q in health["queues"].values()):
+                        break
             proc.send_signal(signal.SIGTERM)
         await asyncio.gather(stop(), *(one(k) for k in range(clients)))
     return outcomes

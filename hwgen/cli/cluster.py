@@ -187,12 +187,19 @@ def _cluster_sim_encoder(description, out_dir, hub_delay_ms, loss, seed, stall, 
                    "1..64; the first build of each M takes ~30 min on 2 cores).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where the simulations build and run [default: a temporary folder].")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the printed tables as JSON (lines, with the command, date, machine "
+                   "and commit; the documentation's platform guide is generated from one).")
 @reports_errors
-def bench_cluster(no_sim, measured, minilm_tokens, out_dir):
+def bench_cluster(no_sim, measured, minilm_tokens, out_dir, json_path):
     """Multi-FPGA I-BERT latency model: the paper's Table 2, Versal 860 us, hwgen's encoder,
     and X, T measured by simulating encoders across FPGAs."""
     from ..checks import read_json
     from ..cluster.run.bench import bench_cluster as run_bench
+    from ..flow.provenance import measured as provenance
+    from .common import write_json
+    if json_path:
+        checks.output_file("json", json_path)
     reports = [read_json(path, "measured") for path in measured]
     for path, r in zip(measured, reports):
         if not isinstance(r, dict) or not {"tokens", "X", "T", "I", "path"} <= set(r):
@@ -202,8 +209,16 @@ def bench_cluster(no_sim, measured, minilm_tokens, out_dir):
         if not 1 <= m <= 64:
             raise ConfigError("minilm_tokens", "must be in 1..64 (the kernels' max_len)",
                               value=m)
-    if not run_bench(echo=click.echo, simulate=not no_sim, measured=reports, out_dir=out_dir,
-                     minilm_tokens=minilm_tokens, echo_sim=click.echo):
+    lines = []
+
+    def echo(line=""):
+        click.echo(line)
+        lines.append(line)
+    ok = run_bench(echo=echo, simulate=not no_sim, measured=reports, out_dir=out_dir,
+                   minilm_tokens=minilm_tokens, echo_sim=echo)
+    if json_path:
+        write_json(json_path, {"measured": provenance(), "ok": ok, "lines": lines})
+    if not ok:
         raise SimulationMismatch("the Table 2 reproduction is off by more than 0.5%, or a "
                                  "simulated encoder disagreed with its golden model")
 
