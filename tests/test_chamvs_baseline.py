@@ -22,6 +22,23 @@ def test_node_speed_is_clock_over_cycles():
 
 
 @requires_faiss
+def test_faiss_index_rebuilt_from_the_lists_is_the_trained_one():
+    """A faiss index made from a node index's centroids and lists (as ChamLM rebuilds it
+    from its shards) answers exactly as the trained faiss index: same ids, same distances."""
+    from hwgen.vecsearch.ivfpq import faiss_index
+    data = prepare(ChamVSNodeConfig(), count=30, seed=2)
+    trained = data.index
+    rebuilt = faiss_index(trained.coarse, trained.pq_centroids, trained.list_ids,
+                          trained.list_codes)
+    assert rebuilt.ntotal == trained.index.ntotal
+    trained.index.nprobe = rebuilt.nprobe = 4
+    q = data.queries.astype(np.float32)
+    d1, i1 = trained.index.search(q, 10)
+    d2, i2 = rebuilt.search(q, 10)
+    assert np.array_equal(i1, i2) and np.array_equal(d1, d2)
+
+
+@requires_faiss
 def test_cpu_faiss_searches_the_nodes_index():
     """The baseline searches the node's own index at the node's nprobe: faiss's ids are the
     golden model's (the index has integer centroids, so float32 is exact), and the timing

@@ -91,6 +91,7 @@ def _parsed(path, args):
     (["espn", "bench"], ["IDX"], "--prefetch-step", "--prefetch-steps", "steps", "0.2,0.4"),
     (["espn", "bench"], ["IDX"], "--threads", "--read-threads", "threads", 8),
     (["ralm", "generate"], ["hello"], "--tokens", "--new-tokens", "tokens", 7),
+    (["ralm", "bench"], [], "--tokens-in-store", "--store-tokens", "max_tokens", 5000),
     (["cluster", "sim"], ["two_clusters", "--out", "o"], "--rounds", "--messages", "messages",
      5),
     (["cluster", "sim"], ["two_clusters", "--out", "o"], "--latency-ms", "--hub-delay-ms",

@@ -5,6 +5,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from hwgen.vecsearch.host.coordinator import (Coordinator, merge_topk, same_results, shard_lists)
 from hwgen.vecsearch.host.node_server import NodeService, save_shard
-from hwgen.vecsearch.host.protocol import recv_message, send_message
+from hwgen.vecsearch.host.protocol import encode_message, recv_message, send_message
 from hwgen.vecsearch.node import ChamVSNodeConfig
 from hwgen.vecsearch.node_model import Shard, prepare
 
@@ -61,6 +62,34 @@ def cluster(tmp_path, dataset):
         proc.wait()
 
 
+@pytest.mark.timeout(60)
+def test_pipelined_requests_cannot_deadlock_on_full_socket_buffers():
+    """Eight 2 MiB requests to a peer that answers each with 4 MiB before reading the next:
+    a client that wrote every request before reading would block on a full socket while the
+    peer blocks on its answer. The pipelined exchange reads while it writes."""
+    from hwgen.vecsearch.host.links import NodeLink, exchange_all
+    requests = [encode_message({"op": "echo", "blob": np.full(2 << 20, i, np.uint8)})
+                for i in range(8)]
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def peer():
+        conn, _ = listener.accept()
+        with conn:
+            for _ in requests:
+                msg = recv_message(conn)
+                conn.sendall(encode_message({"blob": np.repeat(msg["blob"], 2)}))
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    link = NodeLink(listener.getsockname())
+    (replies,) = exchange_all([link], requests, time.monotonic() + 30)
+    link.drop()
+    thread.join(5)
+    listener.close()
+    assert [(len(r["blob"]), int(r["blob"][0])) for r in replies] == \
+        [(4 << 20, i) for i in range(8)]
+
+
 def test_merge_orders_by_distance_then_id():
     d, i = merge_topk([([5, 9], [3, 1]), ([5, 2], [2, 8])], 3)
     assert d.tolist() == [2, 5, 5] and i.tolist() == [8, 2, 3]
@@ -89,6 +118,25 @@ def test_three_nodes_equal_one(cluster, dataset, scheme):
     for q in range(len(data.queries)):
         assert same_results((a.distances[q], a.ids[q]), (b.distances[q], b.ids[q]))
         assert len(b.ids[q]) == cfg.k
+
+
+def test_binary_and_json_transports_give_the_same_results(cluster, dataset):
+    """Arrays (the default) and nested JSON lists carry the same searches; only binary replies
+    report the nodes' own search time, which the round trip includes."""
+    cfg, data = dataset
+    addrs = cluster(2)
+    with Coordinator(addrs, timeout=20) as binary, \
+            Coordinator(addrs, timeout=20, binary=False) as text:
+        a = binary.search(data.queries, data.probes, cfg.k)
+        b = text.search(data.queries, data.probes, cfg.k)
+        empty = binary.search(np.zeros((0, cfg.dim), np.int64), np.zeros((0, 1), np.int64),
+                              cfg.k)
+    assert not a.partial and not b.partial and not empty.partial and empty.ids == []
+    for q in range(len(data.queries)):
+        assert a.distances[q].tolist() == b.distances[q].tolist()
+        assert a.ids[q].tolist() == b.ids[q].tolist()
+    assert b.node_seconds is None
+    assert 0 < a.node_seconds < a.seconds
 
 
 @pytest.mark.timeout(60)           # a coordinator that waited on the silent node forever

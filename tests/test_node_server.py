@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwgen.errors import ConfigError
-from hwgen.vecsearch.host.node_server import ERROR_KINDS, NodeService, make_server
-from hwgen.vecsearch.host.protocol import decode_message, recv_message, send_message
+from hwgen.vecsearch.host.node_server import (ERROR_KINDS, PAD_DISTANCE, PAD_ID, NodeService,
+                                              make_server)
+from hwgen.vecsearch.host.protocol import (BINARY_MAGIC, decode_message, encode_message,
+                                           recv_message, send_message)
 from hwgen.vecsearch.host.shard import load_shard, make_shards, save_shard, shard_metadata
 from hwgen.vecsearch.node import ChamVSNodeConfig
 from hwgen.vecsearch.node_model import Shard
@@ -244,7 +246,7 @@ def test_startup_errors_are_one_line_exit_2(tmp_path, shard_file):
 
 
 class _Broken(NodeService):
-    def run_search(self, queries, probes):
+    def search_arrays(self, queries, probes):     # what run_search and the server call
         raise RuntimeError("boom\nsecond line")
 
 
@@ -412,6 +414,20 @@ def _search(**change):
     return json.dumps(req).encode()
 
 
+def _binary(**change):
+    """The body of a binary search request (arrays), with fields changed."""
+    req = {"op": "search", "queries": np.ones((1, CFG.dim), np.int8),
+           "probes": np.array([[0, 1]], np.int32), "k": CFG.k}
+    req.update(change)
+    return encode_message(req)[4:]
+
+
+def _safetensors(header, data=b""):
+    """A binary body with a hand-written safetensors header."""
+    text = json.dumps(header).encode()
+    return BINARY_MAGIC + struct.pack("<Q", len(text)) + text + data
+
+
 MALFORMED = {       # name: (body, kind); every one leaves the connection usable
     "not_json": (b"{bad", "json"),
     "bad_utf8": (b'{"op": "\xff\xfe"}', "json"),
@@ -446,6 +462,31 @@ MALFORMED = {       # name: (body, kind); every one leaves the connection usable
     "list_op": (b'{"op": [1]}', "unknown_op"),
     "too_many_queries": (_search(queries=[[0] * CFG.dim] * 1025, probes=[[0]] * 1025),
                          "too_many_queries"),
+    "binary_magic_only": (BINARY_MAGIC, "binary"),
+    "binary_short_header": (BINARY_MAGIC + b"\x10\x00\x00", "binary"),
+    "binary_header_past_end": (BINARY_MAGIC + struct.pack("<Q", 1 << 40) + b"{}", "binary"),
+    "binary_header_not_json": (BINARY_MAGIC + struct.pack("<Q", 4) + b"{bad", "binary"),
+    "binary_bytes_short": (_safetensors({"queries": {"dtype": "I8", "shape": [1, CFG.dim],
+                                                     "data_offsets": [0, CFG.dim]}}, b"x"),
+                           "binary"),
+    "binary_metadata_not_json": (_safetensors({"__metadata__": {"op": "{search"}}),
+                                 "binary"),
+    "binary_field_twice": (_safetensors({"__metadata__": {"q": "1"}, "q": {
+        "dtype": "I8", "shape": [1], "data_offsets": [0, 1]}}, b"\x01"), "binary"),
+    "binary_float_queries": (_binary(queries=np.ones((1, CFG.dim), np.float32)),
+                             "bad_request"),
+    "binary_flat_queries": (_binary(queries=np.ones(CFG.dim, np.int8)), "bad_request"),
+    "binary_wrong_dim": (_binary(queries=np.ones((1, 3), np.int8)), "bad_request"),
+    "binary_out_of_range": (_binary(queries=np.full((1, CFG.dim), 200, np.int16)),
+                            "bad_request"),
+    "binary_uint64": (_binary(queries=np.full((1, CFG.dim), 2 ** 64 - 1, np.uint64)),
+                      "bad_request"),
+    "binary_bad_list_id": (_binary(probes=np.array([[0, CFG.nlist]], np.int32)),
+                           "bad_request"),
+    "binary_wrong_k": (_binary(k=3), "bad_request"),
+    "binary_too_many_queries": (_binary(queries=np.zeros((1025, CFG.dim), np.int8),
+                                        probes=np.zeros((1025, 1), np.int32)),
+                                "too_many_queries"),
 }
 
 
@@ -485,6 +526,39 @@ def test_every_malformed_message_is_answered_and_counted(server):
     assert after["requests"] > before["requests"]
 
 
+def test_binary_search_answers_as_json_does_with_the_search_time(server):
+    """The same queries as arrays and as JSON lists: the same results; the binary reply
+    holds int64 arrays and the node's own search time."""
+    rng = np.random.default_rng(5)
+    queries, probes = _queries(rng, 6)
+    as_json = _ask(server, {"op": "search", "queries": queries, "probes": probes, "k": CFG.k})
+    with _connect(server) as s:
+        s.sendall(_framed(_binary(queries=np.array(queries, np.int8),
+                                  probes=np.array(probes, np.int32))))
+        reply = recv_message(s)
+    assert reply["distances"].dtype == reply["ids"].dtype == np.int64
+    assert reply["ids"].shape == (6, CFG.k)
+    assert reply["distances"].tolist() == as_json["distances"]
+    assert reply["ids"].tolist() == as_json["ids"]
+    assert isinstance(reply["search_us"], int) and reply["search_us"] > 0
+
+
+def test_short_results_are_padded_in_arrays_and_not_in_lists():
+    """Probed lists holding fewer than k vectors: the array form pads the row with id
+    PAD_ID at PAD_DISTANCE, the list form (JSON) keeps the row short."""
+    svc = NodeService(CFG, _shard(vectors=8))
+    rng = np.random.default_rng(1)
+    queries = rng.integers(-128, 128, size=(4, CFG.dim))
+    probes = np.array([[lst] for lst in range(CFG.nlist)])
+    held = [len(svc.shard.list_ids[lst]) for lst in range(CFG.nlist)]
+    dists, ids = svc.search_arrays(queries, probes)
+    lists = svc.run_search(queries, probes)
+    for q, n in enumerate(held):
+        assert n < CFG.k and (ids[q] != PAD_ID).sum() == n
+        assert (dists[q, n:] == PAD_DISTANCE).all() and (ids[q, n:] == PAD_ID).all()
+        assert lists[1][q] == ids[q, :n].tolist() and lists[0][q] == dists[q, :n].tolist()
+
+
 # -- fuzzing -----------------------------------------------------------------------------------
 
 _json = st.recursive(
@@ -503,6 +577,7 @@ _request = st.fixed_dictionaries(
 _chunk = st.one_of(
     st.binary(max_size=64),                                          # raw bytes
     st.binary(max_size=64).map(_framed),                             # framed garbage
+    st.binary(max_size=64).map(lambda b: _framed(BINARY_MAGIC + b)),  # binary garbage
     _request.map(lambda r: _framed(json.dumps(r).encode())),         # framed objects
     _json.map(lambda r: _framed(json.dumps(r).encode())),            # framed JSON values
 )

@@ -313,6 +313,25 @@ def test_generation_follows_the_datastore_only_with_its_weight(tiny, indexes):
     assert len(followed["retrievals"]) == 3 and len(knn["retrievals"]) == 12
 
 
+def test_cpu_index_finds_what_the_nodes_find(tiny, indexes):
+    """CPU faiss over the shards' lists searches the nodes' index: every entry, and the same
+    neighbours as the two node processes, ties aside (24-d 8-bit keys: every squared
+    distance is below 2**24, so faiss's float32 holds it exactly)."""
+    model, store = tiny
+    rng = np.random.default_rng(2)
+    states = store.keys[rng.choice(len(store.keys), size=12, replace=False)]
+    with knnlm.Retriever(indexes[2]) as r:
+        index = r.cpu_index
+        assert index.ntotal == len(store.values) and index.nprobe == r.nprobe
+        ints, _ = r.encode(states)
+        dist, ids, _ = r.search(states)
+        fd, fi = index.search(ints.astype(np.float32), r.config.k)
+    same = [same_results((np.rint(f).astype(np.int64), i), (np.rint(d * r.inv_scale ** 2)
+                                                             .astype(np.int64), j))
+            for f, i, d, j in zip(fd, fi, dist, ids)]
+    assert all(same), same
+
+
 def test_time_split_retrieves_every_interval(tiny, indexes):
     model, store = tiny
     prompt = model.tokenizer.encode("The coordinator")
@@ -324,7 +343,15 @@ def test_time_split_retrieves_every_interval(tiny, indexes):
         if row["retrieval"]:
             assert row["hw_cycles"] > 0 and row["hw_s"] == row["hw_cycles"] / 300e6
             assert not row["partial"]
+            # the nodes report their own search time, part of the round trip
+            assert 0 < row["node_reported_s"] < row["round_trip_s"]
+            assert row["transport_s"] == row["round_trip_s"] - row["node_reported_s"]
+            assert row["cpu_faiss_s"] > 0
     assert t["mean"]["hw_cycles"] > 0
+    e = chamlm.split_entry(t)
+    assert e["interval"] == 3 and e["transport_overhead_ms"] == t["median"]["transport_s"] * 1e3
+    assert e["cpu_faiss_ms"] == t["mean"]["cpu_faiss_s"] * 1e3 and e["node_projected_us"] > 0
+    assert e["end_to_end_speedup"] == e["token_ms_cpu"] / e["token_ms_node"]
     m = t["measured"]              # the node's measured clock, or None before make timing
     assert set(m) == {"clock_mhz", "ratio", "block", "hw_s"}
     if m["clock_mhz"] is None:
@@ -332,3 +359,21 @@ def test_time_split_retrieves_every_interval(tiny, indexes):
     else:
         assert m["clock_mhz"] == round(300.0 * min(m["ratio"], 1.0), 1)
         assert m["hw_s"] == t["mean"]["hw_cycles"] / (m["clock_mhz"] * 1e6)
+
+
+def test_prepare_builds_and_caches_the_datastore_and_index(tiny, tmp_path, monkeypatch):
+    """``hwgen ralm``'s set-up path (``chamlm.prepare``, which every ``ralm bench`` and
+    ``ralm generate`` runs first): the Lee corpus split, the datastore encoded and cached
+    under the build cache, the shards written; a second call reads the cache."""
+    pytest.importorskip("gensim", reason="the Lee corpus comes with gensim")
+    model, _ = tiny
+    monkeypatch.setenv("HWGEN_CACHE", str(tmp_path))
+    s = chamlm.Settings(corpus="lee", max_tokens=300, nodes=2, nlist=8, m=8, nprobe=4, k=4)
+    lines = []
+    store, index_dir, held = chamlm.prepare(model, s, log=lines.append)
+    assert len(store.values) == 300 and held
+    assert index_dir.is_relative_to(tmp_path / "ralm")
+    assert sorted(p.name for p in index_dir.glob("node*.npz")) == ["node0.npz", "node1.npz"]
+    again, same_dir, _ = chamlm.prepare(model, s, log=lines.append)
+    assert same_dir == index_dir and np.array_equal(again.keys, store.keys)
+    assert any("cached" in line for line in lines)

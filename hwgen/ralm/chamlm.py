@@ -23,7 +23,8 @@ from ..errors import ConfigError
 from ..flow.timing_table import measured_clock
 from . import knnlm
 
-__all__ = ["Settings", "prepare", "perplexity", "time_split", "generate", "PAPER"]
+__all__ = ["Settings", "prepare", "perplexity", "time_split", "split_entry", "generate",
+           "PAPER"]
 
 #: Chameleon's observations on retrieval frequency (section 6.3, Table 2, Figures 10 and 11).
 PAPER = {
@@ -68,7 +69,7 @@ class Settings:
 
 
 def _cache_root():
-    from ..flow.build import cache_dir
+    from ..flow.tools import cache_dir
     return Path(cache_dir()) / "ralm"
 
 
@@ -168,8 +169,12 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     """Generate ``tokens`` greedily after ``prompt`` (ids), retrieving every ``interval``
     tokens, and time each token: ``lm_s`` (one decoding step with the KV cache),
     ``encode_s`` (quantise the state and probe the coarse centroids), ``round_trip_s`` (the
-    coordinator's search over TCP, the nodes' work included), ``node_search_s`` (node 0's
-    golden search of the same query, run in this process) and ``hw_cycles`` / ``hw_s``: the
+    coordinator's search over TCP, the nodes' work included), ``node_reported_s`` (the
+    slowest node's own search time, reported in its reply) and ``transport_s`` (the round
+    trip minus it: what the transport costs), ``node_search_s`` (node 0's golden search of
+    the same query, run in this process), ``cpu_faiss_s`` (CPU faiss ``IndexIVFPQ`` over the
+    same index with the same nprobe and k, :attr:`Retriever.cpu_index`; every core) and
+    ``hw_cycles`` / ``hw_s``: the
     generated node's cycles for the query (:func:`~hwgen.vecsearch.model.layout_query_cycles`,
     the cycle model checked against the node's simulation; the slowest node, as they search
     in parallel) at ``clock_mhz`` (default the board's kernel clock). ``measured``: the kernel
@@ -180,6 +185,7 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     from ..vecsearch.model import layout_query_cycles
     services = retriever.local_services
     service = services[0]
+    cpu = retriever.cpu_index
     clock = clock_mhz or load_board(service.config.board).kernel_clock_mhz
     cache = model.new_cache()
     logits, hidden = model.forward(prompt, cache)
@@ -194,25 +200,60 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
             t2 = time.perf_counter()
             service.run_search(ints, probes)
             t3 = time.perf_counter()
+            cpu.search(ints.astype(np.float32), retriever.config.k)
+            t4 = time.perf_counter()
             cycles = max(layout_query_cycles(sv.config, sv._packed.layout, probes[0],
                                              sv.config.k)["total"] for sv in services)
             row.update(encode_s=t1 - t0, round_trip_s=t2 - t1, node_search_s=t3 - t2,
-                       hw_cycles=cycles, hw_s=cycles / (clock * 1e6),
+                       cpu_faiss_s=t4 - t3, hw_cycles=cycles, hw_s=cycles / (clock * 1e6),
                        partial=bool(res.partial))
+            if res.node_seconds is not None:
+                row.update(node_reported_s=res.node_seconds,
+                           transport_s=row["round_trip_s"] - res.node_seconds)
         nxt = int(np.argmax(logits[-1]))
-        t4 = time.perf_counter()
+        t5 = time.perf_counter()
         logits, hidden = model.forward([nxt], cache)
-        row["lm_s"] = time.perf_counter() - t4
+        row["lm_s"] = time.perf_counter() - t5
         rows.append(row)
     mean = {k: float(np.mean([r[k] for r in rows if k in r]))
-            for k in ("lm_s", "encode_s", "round_trip_s", "node_search_s", "hw_cycles", "hw_s")
+            for k in ("lm_s", "encode_s", "round_trip_s", "node_reported_s", "transport_s",
+                      "node_search_s", "cpu_faiss_s", "hw_cycles", "hw_s")
             if any(k in r for r in rows)}
+    median = {k: float(np.median([r[k] for r in rows if k in r]))
+              for k in ("round_trip_s", "node_reported_s", "transport_s")
+              if any(k in r for r in rows)}
     kernel = load_board(service.config.board).kernel_clock_mhz
     measured = measured_clock({"chamvs-node"}, kernel)
     measured["hw_s"] = mean["hw_cycles"] / (measured["clock_mhz"] * 1e6) \
         if measured["clock_mhz"] and "hw_cycles" in mean else None
     return {"tokens": tokens, "interval": interval, "clock_mhz": clock, "per_token": rows,
-            "mean": mean, "measured": measured}
+            "mean": mean, "median": median, "measured": measured}
+
+
+def split_entry(t):
+    """One interval's entry of ``hwgen ralm bench``'s ``time_split``, in ms (``us`` for the
+    projected node) from a :func:`time_split` result: the LM step, the query encoding, the
+    round trip, the transport overhead (median round trip minus the node's own search time),
+    the node's search (golden, in this process), CPU faiss on the same index, the projected
+    node hardware (at the measured clock when there is one, else the declared), and per token
+    the time with retrieval on CPU faiss and on the projected node, with their ratios."""
+    m, med, i = t["mean"], t["median"], t["interval"]
+    hw_s = t["measured"]["hw_s"] if t["measured"]["hw_s"] else m.get("hw_s")
+    e = {"interval": i, "lm_ms": m["lm_s"] * 1e3, "encode_ms": m.get("encode_s", 0) * 1e3,
+         "round_trip_ms": med.get("round_trip_s", 0) * 1e3,
+         "transport_overhead_ms": med["transport_s"] * 1e3 if "transport_s" in med else None,
+         "node_search_ms": m.get("node_search_s", 0) * 1e3,
+         "cpu_faiss_ms": m.get("cpu_faiss_s", 0) * 1e3,
+         "node_projected_us": hw_s * 1e6 if hw_s else None,
+         "node_clock": "measured" if t["measured"]["hw_s"] else "declared"}
+    if hw_s and e["cpu_faiss_ms"]:
+        e["retrieval_speedup"] = e["cpu_faiss_ms"] / (hw_s * 1e3)
+        cpu_token = e["lm_ms"] + (e["encode_ms"] + e["cpu_faiss_ms"]) / i
+        node_token = e["lm_ms"] + (e["encode_ms"] + (e["transport_overhead_ms"] or 0)
+                                   + hw_s * 1e3) / i
+        e.update(token_ms_cpu=cpu_token, token_ms_node=node_token,
+                 end_to_end_speedup=cpu_token / node_token)
+    return e
 
 
 def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam=0.25,

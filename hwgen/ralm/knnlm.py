@@ -211,6 +211,21 @@ class Retriever:
         from ..vecsearch.host.shard import load_shard
         return [NodeService(*load_shard(p)) for p in self.shard_paths]
 
+    @functools.cached_property
+    def cpu_index(self):
+        """CPU faiss ``IndexIVFPQ`` over every shard's lists with this retriever's ``nprobe``:
+        the index the nodes search, for timing what a user would run instead (built on first
+        use)."""
+        from ..vecsearch.ivfpq import faiss_index
+        shards = [sv.shard for sv in self.local_services]
+        lists = range(self.config.nlist)
+        index = faiss_index(
+            shards[0].coarse, shards[0].pq_centroids,
+            [np.concatenate([sh.list_ids[lst] for sh in shards]) for lst in lists],
+            [np.concatenate([sh.list_codes[lst] for sh in shards]) for lst in lists])
+        index.nprobe = self.nprobe
+        return index
+
     def search(self, states):
         """The ``k`` nearest datastore entries of float ``states`` ``(q, dim)``: ``(distances, ids,
         result)`` as described in the class docstring (missing entries: distance ``inf``, id -1)."""

@@ -16,7 +16,7 @@ from ..errors import ConfigError, ToolError
 from ..lib.quant import quantize
 from .golden import KSUB
 
-__all__ = ["IntegerIVFPQ", "train_integer_ivfpq", "quantize_vectors", "import_faiss"]
+__all__ = ["faiss_index", "IntegerIVFPQ", "train_integer_ivfpq", "quantize_vectors", "import_faiss"]
 
 
 def import_faiss():
@@ -144,6 +144,33 @@ def train_integer_ivfpq(data, *, nlist, m, elem_bits=8, seed=1234, train_size=No
             ids.append(np.zeros(0, dtype=np.int64))
             codes.append(np.zeros((0, m), dtype=np.uint8))
     return IntegerIVFPQ(index, elem_bits, coarse, pq, ids, codes)
+
+
+def faiss_index(coarse, pq_centroids, list_ids, list_codes):
+    """A faiss ``IndexIVFPQ`` holding exactly a node index: the integer coarse centroids
+    (nlist, D), the PQ centroids (m, 256, D/m), and per list its ids and m-byte codes (the
+    lists of one or several shards, concatenated). It searches what the node searches, so
+    CPU faiss can be timed on the same index and nprobe."""
+    faiss = import_faiss()
+    coarse = np.asarray(coarse, dtype=np.float32)
+    pq_centroids = np.asarray(pq_centroids, dtype=np.float32)
+    nlist, dim = coarse.shape
+    m = pq_centroids.shape[0]
+    quantizer = faiss.IndexFlatL2(dim)
+    quantizer.add(coarse)
+    index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, 8)
+    index.by_residual = True
+    faiss.copy_array_to_vector(pq_centroids.ravel(), index.pq.centroids)
+    index.is_trained = True
+    index.use_precomputed_table = -1
+    for lst, (ids, codes) in enumerate(zip(list_ids, list_codes)):
+        if len(ids):
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            codes = np.ascontiguousarray(codes, dtype=np.uint8)
+            index.invlists.add_entries(lst, len(ids), faiss.swig_ptr(ids),
+                                       faiss.swig_ptr(codes))
+    index.ntotal = int(sum(len(i) for i in list_ids))
+    return index
 
 
 def distance_table(index, residual):

@@ -13,27 +13,28 @@ Sharding schemes (paper section 4.3):
 Every node runs the same node configuration (lists a node does not hold are empty there), so a
 query goes to all nodes with the same probed list ids. Results are merged by (distance, id).
 
-Wire protocol (:mod:`hwgen.vecsearch.host.protocol`): length-prefixed JSON messages on TCP, over one
-persistent connection per node, reused across searches (one request at a time per node; a
-connection that failed, timed out or was closed by the node is dropped and reopened by the next
-request, and a search that finds its reused connection closed retries once on a fresh one
-within its time). A node that does not answer within ``timeout`` seconds (or whose connection
+Wire protocol (:mod:`hwgen.vecsearch.host.protocol`): length-prefixed messages on TCP, queries and
+results as binary arrays (safetensors; ``binary=False`` sends the nested JSON lists instead), over
+one persistent connection per node, reused across searches, all of them served by the calling
+thread (:mod:`hwgen.vecsearch.host.links`: every node is written to before any is read; large
+requests are multiplexed with a selector). A batch larger than ``max_batch`` goes as several
+requests pipelined on that connection. One search at a time uses a node's connection; a connection that failed, timed out or was closed
+by the node is dropped and reopened by the next request, and a search that finds its reused
+connection closed retries once on a fresh one within its time. A node that does not answer within ``timeout`` seconds (or whose connection
 fails, or which answers with an error) is left out of the merge and the result is flagged
 ``partial`` with the node listed in ``missing``; the coordinator never waits longer than the
 timeout.
 """
 
-import socket
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...errors import ConfigError
 from ...lib import topk
-from .protocol import ProtocolError, encode_message, recv_message
+from .links import NodeLink, exchange_all
+from .protocol import ProtocolError, encode_message
 
 __all__ = ["SCHEMES", "shard_lists", "Coordinator", "SearchResult", "merge_topk",
            "same_results"]
@@ -64,6 +65,18 @@ def shard_lists(list_codes, list_ids, nodes, scheme="split-lists"):
     return shards
 
 
+_INT_RANGES = tuple((t, int(np.iinfo(t).min), int(np.iinfo(t).max))
+                    for t in (np.int8, np.int16, np.int32, np.int64))
+
+
+def _smallest_int(values):
+    """The narrowest signed integer dtype holding every value of ``values``."""
+    if values.size == 0:
+        return np.int8
+    lo, hi = int(values.min()), int(values.max())
+    return next((t for t, tlo, thi in _INT_RANGES if tlo <= lo and hi <= thi), values.dtype)
+
+
 def merge_topk(parts, k):
     """Global top-k of per-node (distances, ids) lists, ordered by (distance, id)
     (:func:`hwgen.lib.topk.merge_topk` with int64 distances)."""
@@ -92,33 +105,24 @@ class SearchResult:
     partial: bool = False
     missing: list = field(default_factory=list)
     seconds: float = 0.0
+    #: the slowest answering node's own search time (``search_us`` of binary replies), None
+    #: when no node reported one: ``seconds - node_seconds`` is what transport costs
+    node_seconds: float = None
 
 
-class _NodeLink:
-    """The persistent connection to one node, used by one request at a time."""
-
-    def __init__(self, address):
-        self.address = tuple(address)
-        self.sock = None
-        self.lock = threading.Lock()
-
-    def drop(self):
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-            self.sock = None
-
-    def alive(self):
-        """False if the node closed (or reset) the idle connection since its last use."""
-        try:
-            self.sock.settimeout(0)        # a socket timeout would make recv wait for data
-            return self.sock.recv(1, socket.MSG_PEEK) != b""
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
+def _merged(replies):
+    """One node's replies to the requests of a batch as one reply (its first error reply if
+    it refused one), or the exception that ended its exchange."""
+    if isinstance(replies, BaseException):
+        return replies
+    failed = next((r for r in replies if r.get("error")), None)
+    if failed is not None:
+        return failed
+    if len(replies) == 1:
+        return replies[0]
+    return {"distances": [d for r in replies for d in r["distances"]],
+            "ids": [i for r in replies for i in r["ids"]],
+            "search_us": sum(r.get("search_us", 0) for r in replies)}
 
 
 class Coordinator:
@@ -134,12 +138,15 @@ class Coordinator:
     max_batch : int
         Most queries sent in one request (a node refuses more than its ``--max-queries``,
         1024 by default): larger batches go as several requests on the same connection.
+    binary : bool
+        Send queries and probes as integer arrays and receive the results as arrays (binary
+        messages, the default), or as nested JSON lists.
 
     One connection per node is kept open between searches; :meth:`close` (or leaving a
     ``with`` block) closes them.
     """
 
-    def __init__(self, nodes, timeout=5.0, payloads=None, max_batch=1024):
+    def __init__(self, nodes, timeout=5.0, payloads=None, max_batch=1024, binary=True):
         if not nodes:
             raise ConfigError("nodes", "at least one node address is needed")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -147,9 +154,9 @@ class Coordinator:
         self.nodes = [tuple(a) for a in nodes]
         self.timeout = timeout
         self.max_batch = max_batch
+        self.binary = bool(binary)
         self.payloads = payloads or {}
-        self._links = [_NodeLink(a) for a in self.nodes]
-        self._pool = ThreadPoolExecutor(max_workers=len(self.nodes))
+        self._links = [NodeLink(a) for a in self.nodes]
 
     def __enter__(self):
         return self
@@ -157,65 +164,48 @@ class Coordinator:
     def __exit__(self, *exc):
         self.close()
 
-    def _ask(self, link, messages, deadline):
-        """The node's replies to ``messages`` (encoded requests), merged into one."""
-        if not link.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise TimeoutError(f"node {link.address} busy past the timeout")
+    def _exchange(self, messages, deadline):
+        """Per node, its replies to ``messages`` merged into one, or the exception that made
+        it missing (its connection busy with another search past the deadline, refused,
+        closed, late or malformed)."""
+        held = [link.lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+                for link in self._links]
         try:
-            replies = []
-            for data in messages:
-                replies.append(self._exchange(link, data, deadline, retry=not replies))
-                if replies[-1].get("error"):
-                    return replies[-1]
-            if len(replies) == 1:
-                return replies[0]
-            return {"distances": [d for r in replies for d in r["distances"]],
-                    "ids": [i for r in replies for i in r["ids"]]}
+            ready = [link for link, h in zip(self._links, held) if h]
+            outcomes = iter(exchange_all(ready, messages, deadline))
+            return [_merged(next(outcomes)) if h else
+                    TimeoutError(f"node {link.address} busy past the timeout")
+                    for link, h in zip(self._links, held)]
         finally:
-            link.lock.release()
+            for link, h in zip(self._links, held):
+                if h:
+                    link.lock.release()
 
-    @staticmethod
-    def _exchange(link, data, deadline, retry):
-        for attempt in (0, 1):
-            if link.sock is not None and not link.alive():
-                link.drop()
-            reused = link.sock is not None
-            if not reused:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no time left to connect to {link.address}")
-                link.sock = socket.create_connection(link.address, timeout=left)
-                link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                link.sock.settimeout(max(0.01, deadline - time.monotonic()))
-                link.sock.sendall(data)
-                return recv_message(link.sock, deadline=deadline)
-            except (ConnectionError, ProtocolError) as e:
-                link.drop()
-                # a reused connection the node closed meanwhile: searches are idempotent, so
-                # ask once more on a fresh one
-                stale = reused and (isinstance(e, ConnectionError) or e.kind == "framing")
-                if attempt or not retry or not stale or time.monotonic() >= deadline:
-                    raise
-            except BaseException:
-                link.drop()
-                raise
+    def _requests(self, queries, probes, k):
+        """The encoded search requests of a batch, at most ``max_batch`` queries each."""
+        queries, probes = np.asarray(queries), np.asarray(probes)
+        if self.binary and len(queries):
+            if queries.dtype.kind in "iu":
+                queries = queries.astype(_smallest_int(queries))
+            if probes.dtype.kind in "iu":
+                probes = probes.astype(_smallest_int(probes))
+        else:                                     # an empty batch needs no arrays
+            queries, probes = queries.tolist(), probes.tolist()
+        return [encode_message({"op": "search", "queries": queries[s:s + self.max_batch],
+                                "probes": probes[s:s + self.max_batch], "k": int(k)})
+                for s in range(0, max(len(queries), 1), self.max_batch)]
 
     def search(self, queries, probes, k):
         """Search a batch: ``queries`` (q, D) integers, ``probes`` (q, nprobe) list ids."""
         start = time.monotonic()
         deadline = start + self.timeout
-        queries, probes = np.asarray(queries).tolist(), np.asarray(probes).tolist()
-        messages = [encode_message({"op": "search", "queries": queries[s:s + self.max_batch],
-                                    "probes": probes[s:s + self.max_batch], "k": int(k)})
-                    for s in range(0, len(queries), self.max_batch)] or \
-            [encode_message({"op": "search", "queries": [], "probes": [], "k": int(k)})]
-        futures = [self._pool.submit(self._ask, link, messages, deadline)
-                   for link in self._links]
+        messages = self._requests(queries, probes, k)
+        queries = np.asarray(queries)
         answers, missing = [], []
-        for addr, fut in zip(self.nodes, futures):
+        for addr, reply in zip(self.nodes, self._exchange(messages, deadline)):
             try:
-                reply = fut.result(timeout=max(0.0, deadline + 0.5 - time.monotonic()))
+                if isinstance(reply, Exception):
+                    raise reply
                 if reply.get("error"):
                     raise ProtocolError(reply["error"], reply.get("kind", "bad_request"))
                 if len(reply["distances"]) != len(queries) or len(reply["ids"]) != \
@@ -230,13 +220,14 @@ class Coordinator:
             dists.append(d)
             ids.append(i)
         payloads = [[self.payloads.get(int(x)) for x in row] for row in ids]
+        node_us = [a["search_us"] for a in answers if "search_us" in a]
         return SearchResult(dists, ids, payloads, partial=bool(missing), missing=missing,
-                            seconds=time.monotonic() - start)
+                            seconds=time.monotonic() - start,
+                            node_seconds=max(node_us) / 1e6 if node_us else None)
 
     def close(self):
         """Close the connection to every node (waiting up to ``timeout`` seconds for a search in
-        flight on it) and cancel queued requests."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        flight on it)."""
         for link in self._links:
             if link.lock.acquire(timeout=self.timeout):
                 try:

@@ -13,9 +13,9 @@ out of range, bad option) print one line ``node_server: error: ...`` and exit wi
 
 Protocol
 --------
-Length-prefixed JSON messages (:mod:`hwgen.vecsearch.host.protocol`). A connection is persistent: it
-carries any number of request/reply pairs, one reply per request in order, until the client
-closes it. Requests (JSON objects):
+Length-prefixed messages (:mod:`hwgen.vecsearch.host.protocol`), each a JSON object or a binary
+one (safetensors arrays plus JSON metadata). A connection is persistent: it carries any number of
+request/reply pairs, one reply per request in order, until the client closes it. Requests:
 
 ``{"op": "ping"}`` -> ``{"ok": true}``
 ``{"op": "stats"}`` -> ``{"requests", "queries", "errors", "errors_by_kind": {kind: n},
@@ -24,6 +24,10 @@ closes it. Requests (JSON objects):
     -> ``{"distances": [[int] * k] * q, "ids": [[int] * k] * q}``; query components must be
     signed ``elem_bits`` integers, ``1 <= p <= nprobe_max``, list ids in ``0..nlist-1``, ``k``
     the node's ``k`` and ``q <= max_queries``.
+the same search with ``queries`` and ``probes`` as integer arrays (a binary message; the
+    :class:`~hwgen.vecsearch.host.coordinator.Coordinator`'s form)
+    -> a binary reply: ``distances`` and ``ids`` as int64 (q, k) arrays and ``search_us``, the
+    microseconds the node spent searching (so a client can tell transport from search).
 
 Concurrency: one asyncio event loop serves every connection (listen backlog 512; an idle or
 half-sent connection costs a socket and a coroutine, never a thread, and holds up no one).
@@ -48,6 +52,9 @@ connection still allows it, counted in ``errors`` and in ``errors_by_kind``:
 ``json``
     the body is not a UTF-8 JSON object (invalid UTF-8 or JSON, nesting too deep, integer
     literal too long, not an object); the connection goes on;
+``binary``
+    the body starts as a binary message but is not a valid one (safetensors header or array
+    bytes inconsistent, metadata not JSON); the connection goes on;
 ``bad_request``
     a JSON object that is not a valid request (missing or mistyped field, wrong shapes,
     integers out of range, wrong ``k``); the connection goes on;
@@ -97,6 +104,7 @@ import errno
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -108,9 +116,10 @@ from .shard import load_shard, save_shard
 
 __all__ = ["save_shard", "load_shard", "NodeService", "NodeServer", "make_server", "serve",
            "ERROR_KINDS", "DEFAULT_TIMEOUT", "DEFAULT_MAX_QUERIES", "DEFAULT_MAX_INFLIGHT",
-           "DEFAULT_MAX_CONNECTIONS", "BUSY_WAIT", "SEARCH_SLICE", "main"]
+           "DEFAULT_MAX_CONNECTIONS", "BUSY_WAIT", "SEARCH_SLICE", "PAD_ID", "PAD_DISTANCE",
+           "main"]
 
-ERROR_KINDS = ("framing", "too_large", "timeout", "json", "bad_request", "unknown_op",
+ERROR_KINDS = ("framing", "too_large", "timeout", "json", "binary", "bad_request", "unknown_op",
                "too_many_queries", "busy", "backend", "send", "internal")
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_QUERIES = 1024
@@ -119,6 +128,8 @@ DEFAULT_MAX_CONNECTIONS = 1024
 BUSY_WAIT = 0.5              #: seconds a message waits for room in the in-flight byte budget
 SEARCH_SLICE = 8             #: golden searches run this many queries between other work
 LISTEN_BACKLOG = 512
+PAD_ID = -1                  #: id of the padding of a binary reply's short rows
+PAD_DISTANCE = np.iinfo(np.int64).max   #: and its distance (sorts after every real one)
 
 
 def _log(line):
@@ -129,19 +140,25 @@ def _log(line):
 
 
 def _int_matrix(value, name, width=None, max_rows=None):
-    """A request field as an int64 (rows, width) array, or a bad_request ProtocolError."""
-    if not isinstance(value, list):
-        raise ProtocolError(f"{name} must be a list of lists of integers")
+    """A request field (nested lists, or an array of a binary message) as an int64
+    (rows, width) array, or a bad_request ProtocolError."""
+    if not isinstance(value, (list, np.ndarray)):
+        raise ProtocolError(f"{name} must be a list of lists of integers or an integer array")
     if max_rows is not None and len(value) > max_rows:
         raise ProtocolError(f"{len(value)} queries exceed this node's limit of {max_rows} per "
                             f"request", "too_many_queries")
-    if not value:
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif not value:
         return np.zeros((0, width or 0), dtype=np.int64)
-    try:
-        arr = np.array(value)
-    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
-        raise ProtocolError(f"{name} must be a rectangular list of lists of integers") \
-            from None
+    else:
+        try:
+            arr = np.array(value)
+        except (ValueError, TypeError, OverflowError, RecursionError, MemoryError):
+            raise ProtocolError(f"{name} must be a rectangular list of lists of integers") \
+                from None
+    if arr.ndim == 2 and arr.shape[0] == 0:
+        return np.zeros((0, width or arr.shape[1]), dtype=np.int64)
     if arr.dtype.kind == "O":
         raise ProtocolError(f"{name} holds non-integers or integers beyond 64 bits")
     if arr.ndim != 2 or arr.dtype.kind not in "iu":
@@ -152,6 +169,21 @@ def _int_matrix(value, name, width=None, max_rows=None):
     if width is not None and arr.shape[1] != width:
         raise ProtocolError(f"{name} rows must have {width} values, not {arr.shape[1]}")
     return arr.astype(np.int64)
+
+
+def _padded(rows, k, fill):
+    """Rows of at most ``k`` integers as an int64 (len(rows), k) array, short rows filled."""
+    out = np.full((len(rows), k), fill, dtype=np.int64)
+    for r, row in enumerate(rows):
+        out[r, :len(row)] = row
+    return out
+
+
+def _unpadded(dists, ids):
+    """Padded (q, k) result arrays as lists of rows without their padding."""
+    keep = ids != PAD_ID
+    return [d[m].tolist() for d, m in zip(dists, keep)], \
+        [i[m].tolist() for i, m in zip(ids, keep)]
 
 
 class NodeService:
@@ -213,8 +245,8 @@ class NodeService:
         if isinstance(k, bool) or not isinstance(k, int) or k != c.k:
             shown = repr(k) if len(repr(k)) <= 40 else repr(k)[:40] + "..."
             raise ProtocolError(f"this node returns k={c.k} results, not {shown}")
-        if not isinstance(queries, list) or not isinstance(probes, list):
-            raise ProtocolError("queries and probes must be lists")
+        if not all(isinstance(v, (list, np.ndarray)) for v in (queries, probes)):
+            raise ProtocolError("queries and probes must be lists or integer arrays")
         queries = _int_matrix(queries, "queries", c.dim, max_rows=self.max_queries)
         probes = _int_matrix(probes, "probes", max_rows=self.max_queries)
         if len(probes) != len(queries) or (len(probes) and not 1 <= probes.shape[1] <=
@@ -230,8 +262,15 @@ class NodeService:
         return queries, probes
 
     def run_search(self, queries, probes):
-        """``(distances, ids)`` lists for validated arrays (see :meth:`check_search`); a
-        ``backend`` ProtocolError if the RTL simulation fails or disagrees."""
+        """``(distances, ids)`` lists for validated arrays (see :meth:`check_search`), each row
+        as long as that query's results (at most ``k``); a ``backend`` ProtocolError if the
+        RTL simulation fails or disagrees."""
+        return _unpadded(*self.search_arrays(queries, probes))
+
+    def search_arrays(self, queries, probes):
+        """As :meth:`run_search`, as int64 (q, k) arrays; a query with fewer than ``k``
+        results (probed lists holding fewer vectors) has its row padded with id
+        :data:`PAD_ID` at distance :data:`PAD_DISTANCE`."""
         from ..node_model import node_search
         data = dataclasses.replace(self._packed, queries=queries, probes=probes)
         results = [node_search(self.config, data, q, p) for q, p in zip(queries, probes)]
@@ -241,7 +280,8 @@ class NodeService:
                     results = self._simulate(data, results)
             except HwgenError as e:
                 raise ProtocolError(str(e), "backend") from None
-        return [r[0].tolist() for r in results], [r[1].tolist() for r in results]
+        return _padded([r[0] for r in results], self.config.k, PAD_DISTANCE), \
+            _padded([r[1] for r in results], self.config.k, PAD_ID)
 
     def search(self, queries, probes, k):
         """``(distances, ids)`` of a batch given as lists (as on the wire)."""
@@ -336,8 +376,9 @@ class _Connection:
             if self.writer.is_closing():
                 raise ConnectionResetError("connection closed")
             self.writer.write(data)
-            async with asyncio.timeout(srv.timeout):
-                await self.writer.drain()
+            if self.writer.transport.get_write_buffer_size():   # else nothing to wait for
+                async with asyncio.timeout(srv.timeout):
+                    await self.writer.drain()
             return True
         except (TimeoutError, OSError):
             if count_failure:
@@ -559,26 +600,34 @@ class NodeServer:
     async def reply(self, request):
         """The reply to a decoded request. Golden searches run on the event loop a slice of
         :data:`SEARCH_SLICE` queries at a time, so a large request does not hold up others;
-        RTL searches run in a worker thread (one simulation at a time)."""
+        RTL searches run in a worker thread (one simulation at a time). A binary request
+        (arrays) gets a binary reply with ``search_us``; a JSON one a JSON reply."""
         svc = self.service
         if request.get("op") != "search":
             return svc.handle(request)
         svc.count("requests")
         queries, probes = svc.check_search(request)
+        start = time.perf_counter()
         if svc.backend == "rtl":
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rtl")
-            dists, ids = await self._loop.run_in_executor(self._pool, svc.run_search, queries,
-                                                          probes)
+            dists, ids = await self._loop.run_in_executor(self._pool, svc.search_arrays,
+                                                          queries, probes)
         else:
-            dists, ids = [], []
+            parts = []
             for s in range(0, len(queries), SEARCH_SLICE):
                 if s:
                     await asyncio.sleep(0)
-                d, i = svc.run_search(queries[s:s + SEARCH_SLICE], probes[s:s + SEARCH_SLICE])
-                dists += d
-                ids += i
+                parts.append(svc.search_arrays(queries[s:s + SEARCH_SLICE],
+                                               probes[s:s + SEARCH_SLICE]))
+            k = svc.config.k
+            dists = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.int64)
+            ids = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
+        search_us = round((time.perf_counter() - start) * 1e6)
         svc.count("queries", len(dists))
+        if isinstance(request["queries"], np.ndarray):
+            return {"distances": dists, "ids": ids, "search_us": search_us}
+        dists, ids = _unpadded(dists, ids)
         return {"distances": dists, "ids": ids}
 
 

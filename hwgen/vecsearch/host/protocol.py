@@ -1,7 +1,19 @@
-"""Length-prefixed JSON messages over a stream socket.
+"""Length-prefixed messages over a stream socket: JSON objects, or binary arrays.
 
 A message is a 4-byte big-endian length ``n`` (at most :data:`MAX_MESSAGE`) followed by ``n``
-bytes of UTF-8 JSON holding an object. Anything else raises :class:`ProtocolError`, whose
+bytes of body, which holds an object (a mapping of field names to values) in one of two forms:
+
+* **JSON**: UTF-8 JSON text of the object (control messages, errors, and clients that send
+  nested integer lists);
+* **binary**: :data:`BINARY_MAGIC` then the object in the safetensors format (a documented,
+  code-free layout: an 8-byte little-endian header length, a JSON header naming each array's
+  dtype, shape and byte range, then the raw little-endian array bytes), parsed by the
+  `safetensors` library. Every numpy array of the object is one tensor; every other field is
+  JSON text in the header's ``__metadata__``. A search of one 576-dimension int8 query is about
+  0.7 KB instead of about 2.5 KB of JSON, and neither side converts integers to text and back.
+
+:func:`encode_message` picks the binary form when the object holds an array, and
+:func:`decode_message` reads either. Anything else raises :class:`ProtocolError`, whose
 ``kind`` says what was wrong and whose ``fatal`` says whether the stream can still be read:
 
 ``too_large`` (fatal)
@@ -15,6 +27,10 @@ bytes of UTF-8 JSON holding an object. Anything else raises :class:`ProtocolErro
     the body was read in full but is not a UTF-8 JSON object (invalid UTF-8, invalid JSON,
     nesting too deep for the parser, an integer literal too long to convert, or a value that
     is not an object). The next message can be read.
+``binary`` (not fatal)
+    the body starts with :data:`BINARY_MAGIC` but is not a valid safetensors object (header
+    or array bytes inconsistent, metadata not JSON, a field both an array and metadata). The
+    next message can be read.
 
 Higher layers (:mod:`hwgen.vecsearch.host.node_server`) add kinds of their own for valid
 messages that are bad requests. :func:`error_reply` is the form every error answer takes on the
@@ -26,11 +42,14 @@ import socket
 import struct
 import time
 
+import numpy as np
+
 __all__ = ["ProtocolError", "send_message", "recv_message", "recv_exact", "encode_message",
-           "decode_message", "error_reply", "MAX_MESSAGE", "HEADER"]
+           "decode_message", "error_reply", "MAX_MESSAGE", "HEADER", "BINARY_MAGIC"]
 
 MAX_MESSAGE = 64 << 20
 HEADER = 4                   #: bytes of the length prefix
+BINARY_MAGIC = b"HWST"       #: first bytes of a binary body (never the start of JSON text)
 _MAX_ERROR_TEXT = 300        #: error texts on the wire are cut to this many characters
 
 
@@ -55,9 +74,40 @@ def error_reply(message, kind):
     return {"error": text, "kind": kind}
 
 
+def _encode_binary(obj):
+    """The binary body of ``obj``: its arrays as safetensors tensors, the rest as metadata."""
+    from safetensors.numpy import save
+    arrays = {k: np.ascontiguousarray(v) for k, v in obj.items() if isinstance(v, np.ndarray)}
+    meta = {k: json.dumps(v, separators=(",", ":")) for k, v in obj.items()
+            if not isinstance(v, np.ndarray)}
+    return BINARY_MAGIC + save(arrays, metadata=meta or None)
+
+
+def _decode_binary(body):
+    """The object of a binary body (see the module docstring); a ``binary`` ProtocolError
+    otherwise."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+    raw = bytes(body[len(BINARY_MAGIC):])
+    try:
+        arrays = load(raw)
+        (n,) = struct.unpack("<Q", raw[:8])
+        meta = json.loads(raw[8:8 + n]).get("__metadata__") or {}
+        fields = {k: json.loads(v) for k, v in meta.items()}
+    except (SafetensorError, ValueError, TypeError, struct.error, RecursionError) as e:
+        raise ProtocolError(f"not a valid binary message: {e}", "binary") from None
+    if set(fields) & set(arrays):
+        raise ProtocolError("a field is both an array and metadata", "binary")
+    return {**fields, **arrays}
+
+
 def encode_message(obj, max_size=MAX_MESSAGE):
-    """The bytes of one message (length prefix included)."""
-    data = json.dumps(obj, separators=(",", ":")).encode()
+    """The bytes of one message (length prefix included): binary when ``obj`` holds a numpy
+    array, JSON otherwise."""
+    if any(isinstance(v, np.ndarray) for v in obj.values()):
+        data = _encode_binary(obj)
+    else:
+        data = json.dumps(obj, separators=(",", ":")).encode()
     if len(data) > max_size:
         raise ProtocolError(f"message of {len(data)} bytes exceeds {max_size}", "too_large")
     return struct.pack(">I", len(data)) + data
@@ -103,7 +153,10 @@ def parse_header(header, max_size=MAX_MESSAGE):
 
 
 def decode_message(body):
-    """The JSON object in a message body; a non-fatal ``json`` ProtocolError otherwise."""
+    """The object in a message body (JSON or binary); a non-fatal ``json`` or ``binary``
+    ProtocolError otherwise."""
+    if body[:len(BINARY_MAGIC)] == BINARY_MAGIC:
+        return _decode_binary(body)
     try:
         obj = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError as e:
