@@ -12,7 +12,7 @@ pytest.importorskip("torch", reason="the ralm LM needs torch")
 
 from hwgen.errors import ConfigError  # noqa: E402
 from hwgen.vecsearch.host.coordinator import same_results  # noqa: E402
-from hwgen.ralm import chamlm, knnlm, lm  # noqa: E402
+from hwgen.ralm import chamlm, keys, knnlm, lm  # noqa: E402
 from test_ralm_lm import tiny_weights  # noqa: E402
 
 
@@ -372,8 +372,27 @@ def test_prepare_builds_and_caches_the_datastore_and_index(tiny, tmp_path, monke
     lines = []
     store, index_dir, held = chamlm.prepare(model, s, log=lines.append)
     assert len(store.values) == 300 and held
+    held_docs = {keys.document_of(p.source) for p in held}
+    assert held_docs and not held_docs & {keys.document_of(t) for t in store.sources}
     assert index_dir.is_relative_to(tmp_path / "ralm")
     assert sorted(p.name for p in index_dir.glob("node*.npz")) == ["node0.npz", "node1.npz"]
     again, same_dir, _ = chamlm.prepare(model, s, log=lines.append)
     assert same_dir == index_dir and np.array_equal(again.keys, store.keys)
     assert any("cached" in line for line in lines)
+
+
+def test_document_split_keeps_held_out_documents_out_of_the_datastore():
+    """``heldout="documents"``: no held-out passage shares a document with a datastore one;
+    ``"passages"`` (the in-document split) holds out passages of the datastore's documents."""
+    from hwgen.espn.host.corpus import Passage
+    from hwgen.ralm.keys import document_of
+    passages = [Passage(f"text {d} {i}", f"wiki/Doc{d}/{i}") for d in range(25)
+                for i in range(4)]
+    store, held = chamlm.split(passages, 10, "documents")
+    assert {document_of(p.source) for p in held} == {"wiki/Doc9", "wiki/Doc19"}
+    assert not {document_of(p.source) for p in held} & {document_of(p.source) for p in store}
+    store, held = chamlm.split(passages, 10, "passages")
+    assert len(held) == 10 and {document_of(p.source) for p in held} & \
+        {document_of(p.source) for p in store}
+    with pytest.raises(ConfigError, match="heldout"):
+        chamlm.Settings(heldout="sentences").check()

@@ -34,6 +34,10 @@ def _common(fn):
         click.option("--store-tokens", "max_tokens", type=int, default=12000,
                      show_default=True, help="Datastore entries (one per corpus token)."),
         alias_option("--tokens-in-store", "max_tokens", type=int),
+        click.option("--heldout", type=click.Choice(["documents", "passages"]),
+                     default="documents", show_default=True,
+                     help="Held-out text: every 10th document whole (none of it in the "
+                          "datastore), or every 10th passage (the in-document split)."),
         click.option("--nodes", type=int, default=2, show_default=True,
                      help="ChamVS node processes the datastore is split over."),
         click.option("--nlist", type=int, default=32, show_default=True),
@@ -150,8 +154,10 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
            "store_tokens": int(len(store.values)),
            "perplexity": ppl, "time": {str(i): t for i, t in timing.items()},
            "time_split": split, "paper": chamlm.PAPER}
-    click.echo(f"held-out {s.corpus}: {ppl['tokens']} tokens; datastore {len(store.values):,} "
-               f"entries over {s.nodes} nodes; T = {ppl['temperature']:.1f}")
+    held_text = ("documents not in the datastore" if s.heldout == "documents" else
+                 "passages of the datastore's documents (in-document split)")
+    click.echo(f"held-out {s.corpus} ({held_text}): {ppl['tokens']} tokens; datastore "
+               f"{len(store.values):,} entries over {s.nodes} nodes; T = {ppl['temperature']:.1f}")
     click.echo(f"  {'retrieval':<22} {'K':>3} {'lambda':>6} {'ppl':>8} {'retrievals':>10}")
     click.echo(f"  {'none (LM alone)':<22} {'':>3} {'':>6} {ppl['lm']:8.2f}")
     for run in ppl["runs"]:

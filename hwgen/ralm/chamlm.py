@@ -5,10 +5,13 @@
 passages without and with retrieval; :func:`time_split` times one generation token by token;
 :func:`generate` continues a prompt. ``hwgen ralm bench`` and ``hwgen ralm generate`` call them.
 
-**Split.** The corpus's passages (:func:`hwgen.espn.host.corpus.load`) are split by position:
-every ``heldout_every``-th passage is held out for perplexity, the rest go into the datastore
-(so a held-out passage's own continuations are never in the datastore; its neighbours are
-other passages of the same documents and corpus).
+**Split.** The corpus's passages (:func:`hwgen.espn.host.corpus.load`) are split into the
+datastore's and the held-out ones for perplexity. ``heldout="documents"`` (the default) holds out
+every ``heldout_every``-th document whole (:func:`hwgen.ralm.keys.split_documents`: a document is
+a passage's source up to its last ``/``: a Wikipedia article, a Lee news story, a pydoc object,
+a section of a paper), so no held-out text shares a document with the datastore;
+``heldout="passages"`` holds out every ``heldout_every``-th passage, so the held-out text's
+neighbours include other passages of its own document (the in-document split).
 """
 
 import math
@@ -21,7 +24,7 @@ from scipy.special import softmax
 
 from ..errors import ConfigError
 from ..flow.timing_table import measured_clock
-from . import knnlm
+from . import keys, knnlm
 
 __all__ = ["Settings", "prepare", "perplexity", "time_split", "split_entry", "generate",
            "PAPER"]
@@ -37,12 +40,17 @@ PAPER = {
 }
 
 
+#: How the held-out text is chosen (:func:`split`).
+HELDOUT = ("documents", "passages")
+
+
 @dataclass(frozen=True)
 class Settings:
     """One ChamLM setup (``hwgen ralm`` options)."""
     corpus: str = "wiki"
     max_tokens: int = 12000          # datastore entries (tokens of the datastore passages)
     heldout_every: int = 10
+    heldout: str = "documents"       # or "passages" (the in-document split)
     eval_tokens: int = 1200          # held-out tokens scored
     nodes: int = 2
     nlist: int = 32
@@ -63,6 +71,8 @@ class Settings:
         if self.heldout_every < 2:
             raise ConfigError("heldout_every", "must be >= 2 (one passage in N is held out)",
                               value=self.heldout_every)
+        if self.heldout not in HELDOUT:
+            raise ConfigError("heldout", "must be " + " or ".join(HELDOUT), value=self.heldout)
         if self.backend not in ("golden", "rtl"):
             raise ConfigError("backend", "must be golden or rtl", value=self.backend)
         return self
@@ -73,8 +83,11 @@ def _cache_root():
     return Path(cache_dir()) / "ralm"
 
 
-def split(passages, every):
-    """``(datastore passages, held-out passages)``: every ``every``-th one is held out."""
+def split(passages, every, heldout="passages"):
+    """``(datastore passages, held-out passages)``: every ``every``-th passage held out, or
+    with ``heldout="documents"`` every ``every``-th document whole."""
+    if heldout == "documents":
+        return keys.split_documents(passages, every)
     return ([p for i, p in enumerate(passages) if i % every != every - 1],
             [p for i, p in enumerate(passages) if i % every == every - 1])
 
@@ -85,11 +98,13 @@ def prepare(model, settings, log=None):
     s = settings.check()
     say = log or (lambda line: None)
     passages = load_corpus(s.corpus)
-    store_p, held = split(passages, s.heldout_every)
+    store_p, held = split(passages, s.heldout_every, s.heldout)
     if not held:
-        raise ConfigError("corpus", f"has {len(passages)} passages: too few to hold one in "
-                          f"{s.heldout_every} out")
-    key = knnlm.cache_key("datastore-v1", s.corpus, len(passages), s.heldout_every,
+        raise ConfigError("corpus", f"has too few {s.heldout} ({len(passages)} passages) to "
+                          f"hold one in {s.heldout_every} out")
+    # the passage split keeps the key it had before the document split existed (its caches)
+    split_key = (s.heldout_every,) if s.heldout == "passages" else (s.heldout_every, s.heldout)
+    key = knnlm.cache_key("datastore-v1", s.corpus, len(passages), *split_key,
                           s.max_tokens, model.config.__dict__)
     root = _cache_root() / key
     root.mkdir(parents=True, exist_ok=True)
