@@ -48,6 +48,12 @@ class NodeLink:
                 pass
             self.sock = None
 
+    def reusable(self):
+        """Whether an open connection is there to reuse (one the node closed is dropped)."""
+        if self.sock is not None and not self.alive():
+            self.drop()
+        return self.sock is not None
+
     def alive(self):
         """False if the node closed (or reset) the idle connection since its last use."""
         try:
@@ -85,11 +91,8 @@ class _Exchange:
         self.start()
 
     def start(self):
-        link = self.link
-        if link.sock is not None and not link.alive():
-            link.drop()
-        self.reused = link.sock is not None
-        self.connecting = False if self.reused else link.open()
+        self.reused = self.link.reusable()
+        self.connecting = False if self.reused else self.link.open()
         self.out, self.buf, self.replies = memoryview(self.data), bytearray(), []
 
     @property
@@ -142,9 +145,7 @@ class _Exchange:
         """After ``error``: True if the node is asked again on a fresh connection (a reused
         connection that failed before any answer, once)."""
         self.link.drop()
-        stale = self.reused and not self.replies and not self.retried and \
-            (isinstance(error, ConnectionError) or getattr(error, "kind", None) == "framing")
-        if not stale:
+        if self.replies or self.retried or not _stale(error, self.reused):
             return False
         self.retried = True
         self.start()
@@ -205,10 +206,8 @@ def _small_exchange(links, data, count, deadline):
             outcomes[n] = _receive(link, count, deadline)
         except (OSError, ProtocolError) as e:
             link.drop()
-            stale = reused and (isinstance(e, ConnectionError) or
-                                getattr(e, "kind", None) == "framing")
             outcomes[n] = e
-            if stale and time.monotonic() < deadline:
+            if _stale(e, reused) and time.monotonic() < deadline:
                 try:                           # the node closed the idle connection: once more
                     _send(link, data, deadline)
                     outcomes[n] = _receive(link, count, deadline)
@@ -220,9 +219,7 @@ def _small_exchange(links, data, count, deadline):
 
 def _send(link, data, deadline):
     """Write ``data`` on the link's connection (opened if closed); whether it was reused."""
-    if link.sock is not None and not link.alive():
-        link.drop()
-    reused = link.sock is not None
+    reused = link.reusable()
     if not reused:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -232,6 +229,14 @@ def _send(link, data, deadline):
     link.sock.settimeout(max(0.001, deadline - time.monotonic()))
     link.sock.sendall(data)
     return reused
+
+
+def _stale(error, reused):
+    """Whether ``error`` on a ``reused`` connection, before any answer, means the node had
+    closed it while idle (a reset, or a close mid-read): searches are idempotent, so the node
+    is asked once more on a fresh connection."""
+    return reused and (isinstance(error, ConnectionError) or
+                       getattr(error, "kind", None) == "framing")
 
 
 def _receive(link, count, deadline):
