@@ -165,7 +165,7 @@ def node_search(config, data, query, probes):
     c = config
     cpw, sh = c.codes_per_word, _tag_shifts(c)
     streams = [([], []) for _ in range(c.units)]
-    where = {}
+    scanned_tags, scanned_ids = [], []
     for p, lst in enumerate(probes):
         lut = golden.build_lut(query - data.index.coarse[lst], data.index.pq_centroids,
                                c.lut_shift, c.lut_bits)
@@ -181,13 +181,24 @@ def node_search(config, data, query, probes):
             for ln in range(min(cpw, len(codes))):      # stream order: scan order per lane
                 streams[ch * cpw + ln][0].append(dists[ln::cpw])
                 streams[ch * cpw + ln][1].append(tags[ln::cpw])
-            where.update(zip(tags.tolist(), np.asarray(ids).tolist()))
+            scanned_tags.append(tags)
+            scanned_ids.append(np.asarray(ids, dtype=np.int64))
     ks = c.kselect_config()
     empty = np.zeros(0, np.int64)
     d, t = golden.hier_topk([(np.concatenate(a).astype(np.int64) if a else empty,
                               np.concatenate(b).astype(np.int64) if b else empty)
                              for a, b in streams], c.k, ks.l1, ks.queues_per_stream)
-    return d, np.array([where[x] for x in t.tolist()], dtype=np.int64), t
+    return d, _ids_of_tags(np.asarray(t, dtype=np.int64), scanned_tags, scanned_ids), t
+
+
+def _ids_of_tags(found, tags, ids):
+    """The vector ids of the ``found`` tags, given every scanned vector's tag (unique within a
+    query: lane, word, probe and channel) and id."""
+    if not len(found):
+        return np.zeros(0, np.int64)
+    tags, ids = np.concatenate(tags), np.concatenate(ids)
+    order = np.argsort(tags, kind="stable")
+    return ids[order[np.searchsorted(tags[order], found)]]
 
 
 def exact_neighbours(base, queries, k):
@@ -294,24 +305,25 @@ class ChamVSNodeModel(StreamModel):
 
     @staticmethod
     def report(config, stim, summary, samples):
-        """Recall, agreement with faiss, per-query cycle breakdown and scan efficiency."""
+        """Recall and agreement with faiss (where the base is known: not for a shard served by
+        a node), per-query cycle breakdown and scan efficiency."""
         data = stim["data"]
-        if data.base is None:        # a shard served by a node: no ground truth here
-            return {}
-        found = np.array([ids for _, ids, _ in stim["results"]], dtype=object)
-        k = config.k
-        truth = exact_neighbours(data.base, data.queries, max(k, 1))
-        index = data.index.index
-        index.nprobe = data.probes.shape[1]
-        _, faiss_ids = index.search(data.queries.astype(np.float32), k)
-        rec = {f"recall@{r}": recall_at(found, truth, r) for r in (1, 10, 100) if r <= k}
-        rec_faiss = {f"recall@{r}": recall_at(faiss_ids, truth, r) for r in (1, 10, 100)
-                     if r <= k}
-        same = float(np.mean([set(f.tolist()) == set(g.tolist())
-                              for f, g in zip(found, faiss_ids)]))
-        out = {"dataset": data.name, "queries": len(data.queries),
-               "nprobe": int(data.probes.shape[1]), "recall": rec, "faiss_recall": rec_faiss,
-               "identical_topk_fraction": same}
+        out = {}
+        if data.base is not None:
+            found = np.array([ids for _, ids, _ in stim["results"]], dtype=object)
+            k = config.k
+            truth = exact_neighbours(data.base, data.queries, max(k, 1))
+            index = data.index.index
+            index.nprobe = data.probes.shape[1]
+            _, faiss_ids = index.search(data.queries.astype(np.float32), k)
+            rec = {f"recall@{r}": recall_at(found, truth, r) for r in (1, 10, 100) if r <= k}
+            rec_faiss = {f"recall@{r}": recall_at(faiss_ids, truth, r) for r in (1, 10, 100)
+                         if r <= k}
+            same = float(np.mean([set(f.tolist()) == set(g.tolist())
+                                  for f, g in zip(found, faiss_ids)]))
+            out = {"dataset": data.name, "queries": len(data.queries),
+                   "nprobe": int(data.probes.shape[1]), "recall": rec, "faiss_recall": rec_faiss,
+                   "identical_topk_fraction": same}
         if samples:
             cols = {name: np.array([s[name] for s in samples], dtype=np.int64)
                     for name in ChamVSNodeModel.sample_signals}
