@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from hwgen.errors import ConfigError
 from hwgen.vecsearch.host.node_server import (ERROR_KINDS, PAD_DISTANCE, PAD_ID, NodeService,
-                                              make_server)
+                                              LOOPS, make_server)
 from hwgen.vecsearch.host.protocol import (BINARY_MAGIC, decode_message, encode_message,
                                            recv_message, send_message)
 from hwgen.vecsearch.host.shard import load_shard, make_shards, save_shard, shard_metadata
@@ -69,18 +69,26 @@ def shard_file(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module", params=LOOPS)
+def loop(request):
+    """Every server guarantee is checked on both event loops."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop is not installed (pip install uvloop)")
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def server(shard_file):
+def server(shard_file, loop):
     """A node server with the default limits."""
-    proc, addr = _start(shard_file)
+    proc, addr = _start(shard_file, "--loop", loop)
     yield addr
     _stop(proc)
 
 
 @pytest.fixture(scope="module")
-def small_server(shard_file):
+def small_server(shard_file, loop):
     """A node server with small limits, to reach them quickly."""
-    proc, addr = _start(shard_file, "--timeout", "1", "--max-queries", "4",
+    proc, addr = _start(shard_file, "--loop", loop, "--timeout", "1", "--max-queries", "4",
                         "--max-inflight-bytes", "4096", "--max-connections", "24")
     yield addr
     _stop(proc)

@@ -58,16 +58,18 @@ def demo(queries, stall, seed):
 @click.option("--max-connections", type=click.IntRange(1),
               default=node_server.DEFAULT_MAX_CONNECTIONS, show_default=True,
               help="Connections served at once.")
+@click.option("--loop", type=click.Choice(node_server.LOOPS),
+              help="Event loop (default: uvloop where installed, else asyncio).")
 @reports_errors
 def serve(shard, port, host, backend, timeout, max_queries, max_inflight_bytes,
-          max_connections):
+          max_connections, loop):
     """Serve one node SHARD (from `hwgen chamvs shard`) over TCP until interrupted; the same
     program as `python -m hwgen.vecsearch.host.node_server`."""
     sys.exit(node_server.main([
         str(shard), "--port", str(port), "--host", host, "--backend", backend,
         "--timeout", repr(timeout), "--max-queries", str(max_queries),
         "--max-inflight-bytes", str(max_inflight_bytes),
-        "--max-connections", str(max_connections)]))
+        "--max-connections", str(max_connections)] + (["--loop", loop] if loop else [])))
 
 
 @chamvs.command("shard")

@@ -499,7 +499,10 @@ class NodeServer:
 
     def __init__(self, service, address, *, timeout=DEFAULT_TIMEOUT,
                  max_inflight_bytes=DEFAULT_MAX_INFLIGHT,
-                 max_connections=DEFAULT_MAX_CONNECTIONS, max_message=None):
+                 max_connections=DEFAULT_MAX_CONNECTIONS, max_message=None, loop=None):
+        if loop not in (None,) + LOOPS:
+            raise ValueError(f"loop must be one of {', '.join(LOOPS)}, not {loop!r}")
+        self.loop_kind = loop or default_loop()
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, not {timeout!r}")
         if max_inflight_bytes < 1 or max_connections < 1:
@@ -545,8 +548,14 @@ class NodeServer:
         self.server_close()
 
     def serve_forever(self):
-        """Serve connections on an asyncio event loop in this thread until :meth:`shutdown`."""
-        asyncio.run(self._serve())
+        """Serve connections on an asyncio event loop in this thread until :meth:`shutdown`
+        (uvloop's where :attr:`loop_kind` says so)."""
+        factory = None
+        if self.loop_kind == "uvloop":
+            import uvloop
+            factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(self._serve())
 
     def shutdown(self):
         """Stop :meth:`serve_forever` (call from another thread)."""
@@ -631,6 +640,17 @@ class NodeServer:
         return {"distances": dists, "ids": ids}
 
 
+#: Event loops a server can run on: uvloop (libuv; the default where it is installed: it
+#: halves the loop's own cost per message) or the standard library's.
+LOOPS = ("uvloop", "asyncio")
+
+
+def default_loop():
+    """``"uvloop"`` if the uvloop package is installed, else ``"asyncio"``."""
+    import importlib.util
+    return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+
+
 def make_server(service, port=0, host="127.0.0.1", **limits):
     """A bound, listening :class:`NodeServer` (not yet serving: call ``serve_forever``, e.g.
     in a thread, and ``shutdown()`` it). ``limits``: ``timeout``, ``max_inflight_bytes``,
@@ -694,6 +714,8 @@ def main(argv=None):
                         help="request bytes held by all connections together")
     parser.add_argument("--max-connections", type=_positive(int),
                         default=DEFAULT_MAX_CONNECTIONS, help="connections served at once")
+    parser.add_argument("--loop", choices=LOOPS, default=None,
+                        help="event loop (default: uvloop where installed, else asyncio)")
     args = parser.parse_args(argv)
 
     def fail(message):
@@ -709,7 +731,7 @@ def main(argv=None):
     try:
         server = make_server(service, args.port, args.host, timeout=args.timeout,
                              max_inflight_bytes=args.max_inflight_bytes,
-                             max_connections=args.max_connections)
+                             max_connections=args.max_connections, loop=args.loop)
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             return fail(f"port {args.port} is in use")
