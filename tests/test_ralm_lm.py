@@ -111,6 +111,28 @@ def test_kv_cache_gives_the_same_logits_as_one_pass():
     np.testing.assert_allclose(again, whole[4:], rtol=0, atol=1e-5 * np.abs(whole).max())
 
 
+@pytest.mark.float_reference
+def test_batched_decoding_equals_each_sequence_alone():
+    """``forward_batch``: B sequences in one pass, prefill then one token per step with one
+    cache, give each sequence's own logits (float32 against the reference loop's bound)."""
+    w = tiny_weights(TINY, seed=7)
+    model = lm.Llama(TINY, w)
+    rng = np.random.default_rng(4)
+    seqs = rng.integers(0, TINY.vocab, (3, 8))
+    cache = model.new_cache()
+    first, _ = model.forward_batch(seqs[:, :5], cache)
+    steps = [model.forward_batch(seqs[:, t:t + 1], cache)[0] for t in range(5, 8)]
+    assert cache.batch == 3 and len(cache) == 8
+    got = np.concatenate([first] + steps, axis=1)
+    for b in range(3):
+        ref = reference(TINY, w, seqs[b])
+        np.testing.assert_allclose(got[b], ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+    with pytest.raises(ConfigError, match="ids"):
+        model.forward_batch(seqs[:2, :1], cache)          # two sequences after a cache of 3
+    with pytest.raises(ConfigError, match="ids"):
+        model.forward_batch(seqs[0])                       # not (B, n)
+
+
 def test_bad_input_names_the_parameter():
     model = lm.Llama(TINY, tiny_weights(TINY))
     with pytest.raises(ConfigError, match="ids"):

@@ -118,8 +118,9 @@ class LlamaConfig:
 
 
 class KVCache:
-    """Keys and values of the tokens seen so far, per layer: ``(kv_heads, length, head_dim)``
-    float32 tensors, grown by :meth:`Llama.forward`. ``len(cache)`` is the position of the next
+    """Keys and values of the tokens seen so far, per layer: ``(batch, kv_heads, length,
+    head_dim)`` float32 tensors (batch 1 for :meth:`Llama.forward`, B for
+    :meth:`Llama.forward_batch`), grown by them. ``len(cache)`` is the position of the next
     token."""
 
     def __init__(self, config):
@@ -128,14 +129,19 @@ class KVCache:
         self.v = [None] * config.layers
 
     def __len__(self):
-        return 0 if self.k[0] is None else self.k[0].shape[1]
+        return 0 if self.k[0] is None else self.k[0].shape[2]
+
+    @property
+    def batch(self):
+        """Sequences held (None while empty)."""
+        return None if self.k[0] is None else self.k[0].shape[0]
 
     def truncate(self, length):
         """Forget every token from position ``length`` on."""
         for store in (self.k, self.v):
             for i, t in enumerate(store):
                 if t is not None:
-                    store[i] = t[:, :length]
+                    store[i] = t[:, :, :length]
 
 
 class Llama:
@@ -177,7 +183,7 @@ class Llama:
         return KVCache(self.config)
 
     def _rope(self, x, positions):
-        """``x`` (heads, n, head_dim) rotated on adjacent pairs at ``positions`` (n,)."""
+        """``x`` (..., n, head_dim) rotated on adjacent pairs at ``positions`` (n,)."""
         import torch
         ang = positions[:, None].double() * self.inv_freq[None, :]
         cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
@@ -196,38 +202,49 @@ class Llama:
         extended in place; None: a fresh one). Returns ``(logits, hidden)`` as float32 numpy
         arrays ``(n, vocab)`` and ``(n, dim)`` (``logits`` None when ``logits=False``: the
         LM head is a fifth of a token's work and a datastore needs only ``hidden``)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)
+        out, hidden = self.forward_batch(ids, cache, logits)
+        return (None if out is None else out[0]), hidden[0]
+
+    def forward_batch(self, ids, cache=None, logits=True):
+        """:meth:`forward` for B sequences of equal length at once: ``ids`` ``(B, n)`` after
+        the ``len(cache)`` tokens of each in ``cache`` (one :class:`KVCache` of batch B).
+        Returns ``(logits, hidden)`` of shapes ``(B, n, vocab)`` and ``(B, n, dim)``. The B
+        sequences share every weight matrix product (batched decoding)."""
         import torch
         c = self.config
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            raise ConfigError("ids", "needs at least one token")
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim != 2 or ids.size == 0:
+            raise ConfigError("ids", "needs at least one token per sequence, as (B, n)")
         if ids.min() < 0 or ids.max() >= c.vocab:
             raise ConfigError("ids", f"token ids must be in 0..{c.vocab - 1}")
         cache = cache if cache is not None else self.new_cache()
-        start, n = len(cache), len(ids)
+        (B, n), start = ids.shape, len(cache)
+        if cache.batch not in (None, B):
+            raise ConfigError("ids", f"{B} sequences after a cache of {cache.batch}")
         if start + n > c.context:
             raise ConfigError("ids", f"{start + n} tokens exceed the context of {c.context}")
         w, hd, group = self.w, c.head_dim, c.heads // c.kv_heads
         pos = torch.arange(start, start + n)
         mask = torch.full((n, start + n), float("-inf")).triu(start + 1)
         with torch.no_grad():
-            x = w["token_embd.weight"][torch.from_numpy(ids)]
+            x = w["token_embd.weight"][torch.from_numpy(ids)]           # (B, n, dim)
             for i in range(c.layers):
                 p = f"blk.{i}."
                 h = self._norm(x, w[p + "attn_norm.weight"])
-                q = (h @ w[p + "attn_q.weight"].T).view(n, c.heads, hd).transpose(0, 1)
-                k = (h @ w[p + "attn_k.weight"].T).view(n, c.kv_heads, hd).transpose(0, 1)
-                v = (h @ w[p + "attn_v.weight"].T).view(n, c.kv_heads, hd).transpose(0, 1)
+                q = (h @ w[p + "attn_q.weight"].T).view(B, n, c.heads, hd).transpose(1, 2)
+                k = (h @ w[p + "attn_k.weight"].T).view(B, n, c.kv_heads, hd).transpose(1, 2)
+                v = (h @ w[p + "attn_v.weight"].T).view(B, n, c.kv_heads, hd).transpose(1, 2)
                 q, k = self._rope(q, pos), self._rope(k, pos)
                 if cache.k[i] is not None:
-                    k = torch.cat([cache.k[i], k], 1)
-                    v = torch.cat([cache.v[i], v], 1)
+                    k = torch.cat([cache.k[i], k], 2)
+                    v = torch.cat([cache.v[i], v], 2)
                 cache.k[i], cache.v[i] = k, v
-                kk = k.repeat_interleave(group, 0)
-                vv = v.repeat_interleave(group, 0)
-                att = (q @ kk.transpose(1, 2)) / math.sqrt(hd) + mask
-                o = torch.softmax(att, -1) @ vv                    # (heads, n, hd)
-                x = x + o.transpose(0, 1).reshape(n, c.dim) @ w[p + "attn_output.weight"].T
+                kk = k.repeat_interleave(group, 1)
+                vv = v.repeat_interleave(group, 1)
+                att = (q @ kk.transpose(2, 3)) / math.sqrt(hd) + mask
+                o = torch.softmax(att, -1) @ vv                    # (B, heads, n, hd)
+                x = x + o.transpose(1, 2).reshape(B, n, c.dim) @ w[p + "attn_output.weight"].T
                 h = self._norm(x, w[p + "ffn_norm.weight"])
                 g = torch.nn.functional.silu(h @ w[p + "ffn_gate.weight"].T)
                 x = x + (g * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
