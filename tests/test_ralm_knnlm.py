@@ -10,7 +10,9 @@ import pytest
 
 pytest.importorskip("torch", reason="the ralm LM needs torch")
 
+from conftest import requires_verilator  # noqa: E402
 from hwgen.errors import ConfigError  # noqa: E402
+from hwgen.vecsearch.node import ChamVSNodeConfig  # noqa: E402
 from hwgen.vecsearch.host.coordinator import same_results  # noqa: E402
 from hwgen.ralm import chamlm, keys, knnlm, lm  # noqa: E402
 from test_ralm_lm import tiny_weights  # noqa: E402
@@ -187,6 +189,11 @@ def test_nodes_killed_mid_generation(tiny, indexes):
     (["bench", "--ks", "32"], "ks"),
     (["bench", "--intervals", "1,x"], "intervals"),
     (["generate", "x", "--timeout", "0"], "timeout"),
+    (["bench", "--batch", "0"], "batch"),
+    (["bench", "--batch", "4,x"], "batch"),
+    (["bench", "--sizes", "100"], "sizes"),
+    (["bench", "--probes", "0"], "probes"),
+    (["bench", "--store-tokens", "0"], "store_tokens"),
 ])
 def test_cli_bad_options_name_the_parameter(args, param):
     """Checked before the model loads: one line naming the parameter, no traceback."""
@@ -396,3 +403,108 @@ def test_document_split_keeps_held_out_documents_out_of_the_datastore():
         {document_of(p.source) for p in store}
     with pytest.raises(ConfigError, match="heldout"):
         chamlm.Settings(heldout="sentences").check()
+
+
+def test_a_mix_is_held_out_round_robin_over_its_corpora():
+    """With several corpora the held-out passages alternate between them (the first tokens
+    scored come from each); one corpus keeps its order."""
+    from hwgen.espn.host.corpus import Passage
+    passages = [Passage(f"{c} {d} {i}", f"{c}/Doc{d}/{i}") for c in ("papers", "wiki")
+                for d in range(20) for i in range(3)]
+    _, held = chamlm.split(passages, 10, "documents")
+    assert [p.source for p in held[:4]] == ["papers/Doc9/0", "wiki/Doc9/0", "papers/Doc9/1",
+                                            "wiki/Doc9/1"]
+    assert sorted(p.source for p in held) == sorted(
+        p.source for p in passages if p.source.split("/")[1] in ("Doc9", "Doc19"))
+    wiki = [p for p in passages if p.source.startswith("wiki")]
+    assert chamlm.split(wiki, 10, "documents")[1] == [p for p in wiki if "Doc9/" in p.source
+                                                      or "Doc19/" in p.source]
+
+
+def test_defaults_scale_with_the_datastore():
+    """The corpus and the IVF lists follow --store-tokens; the size curve's sizes are the
+    powers of ten from 10^4 below it."""
+    assert chamlm.default_corpus(12_000) == "wiki"
+    assert chamlm.default_corpus(chamlm.WIKI_TOKENS + 1) == keys.DEFAULT_CORPUS
+    assert [chamlm.default_nlist(n) for n in (300, 12_000, 100_000, 1_000_000, 4_000_000)] == \
+        [32, 32, 128, 256, 512]
+    assert chamlm.store_sizes(1_000_000) == [10_000, 100_000]
+    assert chamlm.store_sizes(1_000_001) == [10_000, 100_000, 1_000_000]
+    assert chamlm.store_sizes(10_000) == []
+
+
+def test_subset_keeps_entries_and_their_tokens(tiny):
+    _, store = tiny
+    sub = chamlm.subset(store, 40)
+    assert len(sub.values) == 40 and sub.keys.shape == (40, TINY.dim)
+    rows = [int(np.flatnonzero((store.keys == k).all(1))[0]) for k in sub.keys]
+    assert rows == sorted(rows) and len(set(rows)) == 40
+    assert sub.values.tolist() == store.values[rows].tolist()
+    assert sub.passage.tolist() == store.passage[rows].tolist()
+    assert np.array_equal(chamlm.subset(store, 40).keys, sub.keys)        # seeded
+    with pytest.raises(ConfigError, match="sizes"):
+        chamlm.subset(store, len(store.values) + 1)
+
+
+def test_size_curve_scores_each_subset_with_its_own_nodes(tiny, tmp_path):
+    """Each size gets its own index and node processes; at the full size the curve equals
+    the perplexity of the whole datastore at interval 1."""
+    model, store = tiny
+    s = chamlm.Settings(corpus="tiny", max_tokens=len(store.values), nodes=2, nlist=8, m=8,
+                        nprobe=4, k=4, eval_tokens=60)
+    held = [TEXTS[1], TEXTS[4]]
+    curve = chamlm.size_curve(model, store, tmp_path, held, s, [300, len(store.values)],
+                              nlist=8, ks=(4,), lams=(0.25,))
+    assert [c["store_tokens"] for c in curve] == [300, len(store.values)]
+    assert all(c["tokens"] == 60 and c["best"] == c["runs"][0] for c in curve)
+    assert len(list(tmp_path.glob("subset-300-seed0/index-*/node*.npz"))) == 2
+    full = curve[1]
+    sub = chamlm.subset(store, len(store.values))
+    with knnlm.Retriever(next(tmp_path.glob(f"subset-{len(store.values)}-seed0/index-*"))) as r:
+        ppl = chamlm.perplexity(model, r, sub, held, 60, (1,), (4,), (0.25,))
+    assert full["lm"] == ppl["lm"] and full["runs"][0]["ppl"] == ppl["runs"][0]["ppl"]
+
+
+def test_transport_probe_times_one_query_per_search(tiny, indexes):
+    model, store = tiny
+    with knnlm.Retriever(indexes[2]) as r:
+        p = chamlm.transport_probe(r, store.keys[:5], repeats=7)
+    assert p["k"] == 4 and p["searches"] == 7
+    assert 0 < p["node_ms"] < p["round_trip_ms"]
+    assert 0 < p["transport_overhead_ms"] <= p["transport_overhead_p90_ms"]
+    one = p["one_node"]                                # node 0 alone, its own coordinator
+    assert one["k"] == 4 and one["searches"] == 7 and 0 < one["node_ms"] < one["round_trip_ms"]
+
+
+def test_batched_throughput_generates_every_sequence(tiny, indexes):
+    """``throughput``: B sequences, one LM step and (at each interval) one coordinator search
+    of B queries per token; the time of each phase and the tokens/s three ways."""
+    model, store = tiny
+    prompts = [model.tokenizer.encode(t)[:12] for t in TEXTS[:3]]
+    with knnlm.Retriever(indexes[2]) as r:
+        t = chamlm.throughput(model, r, store, prompts, tokens=5, interval=2, clock_mhz=300.0)
+    assert t["batch"] == 3 and t["searches"] == 3 and t["clock"] == "given"
+    assert t["tokens_per_s"] == pytest.approx(15 / t["wall_s"])
+    parts = sum(t[k] for k in ("lm_s", "encode_s", "round_trip_s", "mix_s", "cpu_faiss_s"))
+    assert 0 < parts <= t["wall_s"]
+    assert 0 < t["node_reported_s"] < t["round_trip_s"] and t["hw_s"] > 0
+    rest = t["lm_s"] + t["encode_s"] + t["mix_s"]
+    assert t["tokens_per_s_cpu_faiss"] == pytest.approx(15 / (rest + t["cpu_faiss_s"]))
+
+
+@requires_verilator
+def test_rtl_sample_runs_each_nodes_verilog_bit_exact(tmp_path):
+    """The nodes' Verilog on the native engine for queries of the time split: a datastore of
+    the digits (64-d keys) indexed with the default node configuration (the build the
+    simulation tests share), two shards: no mismatch, cycles within 5% of the model."""
+    from hwgen.datasets import digits
+    x, _ = digits()
+    x = x.astype(np.float32)
+    store = knnlm.Datastore(x, np.arange(len(x)) % 7, np.zeros(len(x), np.int32), ["d"], ["d"])
+    knnlm.make_index(store, tmp_path, nodes=2, nlist=16, m=16, nprobe=4, k=10)
+    with knnlm.Retriever(tmp_path) as r:
+        assert r.config == ChamVSNodeConfig()
+        s = chamlm.rtl_sample(r, x[5:8] + 0.5, count=2)
+    assert s["queries"] == 2 and s["nodes"] == 2
+    assert s["mismatches"] == 0 and not s["timeout"]
+    assert len(s["cycles"]) == 2 and s["model_error_mean"] <= 0.05

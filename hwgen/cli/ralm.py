@@ -3,13 +3,14 @@ command line."""
 
 import dataclasses
 import json
+import os
 
 import click
 
 from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
-from ..errors import ConfigError
+from ..errors import ConfigError, SimulationMismatch
 from ..flow.timing_table import ratio_text
 from .common import alias_option, k_option, progress
 
@@ -28,9 +29,11 @@ def _numbers(name, text, kind=float):
 
 def _common(fn):
     for opt in reversed([
-        click.option("--corpus", default="wiki", show_default=True,
+        click.option("--corpus",
                      help="Datastore corpus (hwgen espn corpora: papers, lee, wiki, pydoc, "
-                          "A+B or a path: regular files of at most 64 MiB together)."),
+                          "A+B or a path: regular files of at most 64 MiB together). "
+                          "Default: wiki up to 500,000 --store-tokens, else all+pysource "
+                          "(the ralm-keys mix)."),
         click.option("--store-tokens", "max_tokens", type=int, default=12000,
                      show_default=True, help="Datastore entries (one per corpus token)."),
         alias_option("--tokens-in-store", "max_tokens", type=int),
@@ -40,7 +43,9 @@ def _common(fn):
                           "datastore), or every 10th passage (the in-document split)."),
         click.option("--nodes", type=int, default=2, show_default=True,
                      help="ChamVS node processes the datastore is split over."),
-        click.option("--nlist", type=int, default=32, show_default=True),
+        click.option("--nlist", type=int,
+                     help="IVF lists (default: the largest power of two <= sqrt(entries)/2, "
+                          "at least 32: 32 at 12,000 entries, 256 at 10^6)."),
         click.option("--nprobe", type=int, default=8, show_default=True),
         k_option(16, "Neighbours per retrieval (the nodes' K)."),
         click.option("--backend", type=click.Choice(["golden", "rtl"]), default="golden",
@@ -63,10 +68,14 @@ def _retriever(s, index_dir, timeout):
 
 def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, timeout, **more):
     from ..espn.host import corpus as corpus_mod
+    from ..ralm import chamlm
+    checks.at_least("store_tokens", max_tokens, 1)
+    corpus = corpus or chamlm.default_corpus(max_tokens)
     corpus_mod.check(corpus)            # a bad --corpus is refused before the LM loads (7 s)
+    nlist = chamlm.default_nlist(max_tokens) if nlist is None else nlist
     import torch
 
-    from ..ralm import chamlm, lm
+    from ..ralm import lm
     checks.at_least("threads", threads, 1, 256)
     checks.at_least("nodes", nodes, 1, 64)
     if timeout is not None and not timeout > 0:
@@ -83,6 +92,11 @@ def _setup(corpus, max_tokens, nodes, nlist, nprobe, k, backend, threads, timeou
 @click.group()
 def ralm():
     """ChamLM: SmolLM2-135M with a kNN-LM datastore served by ChamVS node processes."""
+    # OpenMP threads (torch's, faiss's) that spin after their work compete with the node
+    # processes for the cores during the search that follows: measured on 2 cores, the nodes'
+    # own search took 11 ms instead of 16 and the transport 0.9-1.1 ms instead of 1.4, with
+    # the LM step unchanged (69-71 ms). Set before torch or faiss is loaded; a user's value wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _echo_split(split):
@@ -106,6 +120,92 @@ def _echo_split(split):
                "token datastores)")
 
 
+def _sizes(text, store_tokens):
+    from ..ralm import chamlm
+    if text.strip() == "auto":
+        return chamlm.store_sizes(store_tokens)
+    if text.strip() == "none":
+        return []
+    sizes = _numbers("sizes", text, int)
+    if any(n < 256 for n in sizes):
+        raise ConfigError("sizes", "each must be >= 256 (8-bit PQ trains 256 centroids)",
+                          value=text)
+    return sorted(set(sizes))
+
+
+#: The transport goal of issue 33: round trip minus the nodes' search, one query at K 16.
+TRANSPORT_GOAL_MS = 1.0
+
+
+def _echo_probe(probe):
+    click.echo(f"transport probe (one query per search, the LM idle, K {probe['k']}; medians; "
+               f"goal: round trip minus the nodes' search <= {TRANSPORT_GOAL_MS:g} ms):")
+    for what, p in (("every node", probe), ("node 0 alone", probe.get("one_node", {}))):
+        if not p.get("searches"):
+            click.echo(f"  {what}: no complete search")
+            continue
+        verdict = "meets" if p["transport_overhead_ms"] <= TRANSPORT_GOAL_MS else \
+            "does NOT meet"
+        click.echo(f"  {what:<12} ({p['searches']} searches): round trip "
+                   f"{p['round_trip_ms']:.3f} ms, search {p['node_ms']:.3f} ms, transport "
+                   f"{p['transport_overhead_ms']:.3f} ms (p90 "
+                   f"{p['transport_overhead_p90_ms']:.3f}): {verdict} the goal")
+
+
+def _prompts(model, held, batch, length=32):
+    """``batch`` prompts of ``length`` tokens: the held-out passages of at least that many
+    tokens in turn (repeated if there are fewer)."""
+    found = []
+    for p in held:
+        ids = model.tokenizer.encode(p.text)
+        if len(ids) >= length:
+            found.append(ids[:length])
+        if len(found) == batch:
+            break
+    if not found:
+        raise ConfigError("corpus", f"no held-out passage has {length} tokens")
+    return [found[i % len(found)] for i in range(batch)]
+
+
+def _echo_throughput(rate):
+    click.echo("throughput, batched generation (tokens/s; measured with golden nodes on this "
+               "CPU; and with the retrieval on CPU faiss or on the projected node instead):")
+    click.echo(f"  {'interval':>8} {'batch':>5} {'measured':>9} {'CPU faiss':>9} "
+               f"{'node (hw)':>9} {'node/CPU':>8} {'LM share':>8}")
+    for t in rate:
+        click.echo(f"  {t['interval']:>8} {t['batch']:>5} {t['tokens_per_s']:9.1f} "
+                   f"{t['tokens_per_s_cpu_faiss']:9.1f} {t['tokens_per_s_node']:9.1f} "
+                   f"{t['tokens_per_s_node'] / t['tokens_per_s_cpu_faiss']:7.2f}x "
+                   f"{t['lm_s'] / t['wall_s']:8.1%}")
+    click.echo("  the paper: 3.18x (Dec-S) and 2.34x (Dec-L) throughput at interval 1, LM on "
+               "a GPU; here the LM runs on this CPU (no GPU machine in this session)")
+
+
+def _echo_rtl(rtl, timing):
+    if not rtl["queries"]:
+        click.echo(f"node RTL sample: not run ({rtl['reason']})")
+        return
+    clock = timing["measured"]["clock_mhz"] or timing["clock_mhz"]
+    cyc, mod = sum(rtl["cycles"]) / len(rtl["cycles"]), sum(rtl["model_cycles"]) / len(
+        rtl["model_cycles"])
+    click.echo(f"node RTL sample (the nodes' Verilog on the native engine, {rtl['queries']} "
+               f"queries x {rtl['nodes']} nodes): {rtl['mismatches']} mismatches against the "
+               f"golden model{', TIMED OUT' if rtl['timeout'] else ''}; {cyc:,.0f} cycles per "
+               f"query simulated (slowest node), cycle model {mod:,.0f} "
+               f"({rtl['model_error_mean']:.1%} off), {cyc / clock:.2f} us at {clock:g} MHz")
+
+
+def _echo_curve(curve):
+    click.echo("datastore-size curve (interval 1, random subsets of the datastore, each with "
+               "its own index; same held-out text):")
+    click.echo(f"  {'entries':>10} {'nlist':>5} {'LM alone':>8} {'best ppl':>8} {'K':>3} "
+               f"{'lambda':>6}")
+    for c in curve:
+        b = c.get("best")
+        click.echo(f"  {c['store_tokens']:>10,} {c['nlist']:>5} {c['lm']:8.2f} "
+                   + (f"{b['ppl']:8.2f} {b['k']:>3} {b['lambda']:>6}" if b else ""))
+
+
 @ralm.command("bench")
 @_common
 @click.option("--json", "json_path", type=click.Path(dir_okay=False))
@@ -122,9 +222,22 @@ def _echo_split(split):
 @click.option("--clock-mhz", type=float,
               help="Clock of the projected node hardware (default: the board's kernel clock, "
                    "declared, not measured).")
+@click.option("--sizes", default="auto", show_default=True,
+              help="Datastore sizes of the size curve (random subsets, interval 1), "
+                   "separated by commas; auto: 10^4, 10^5, ... below --store-tokens; none: "
+                   "no curve.")
+@click.option("--probes", type=int, default=64, show_default=True,
+              help="One-query searches of the transport probe (the LM idle).")
+@click.option("--batch", "batches", default="1,4,16", show_default=True,
+              help="Sequences generated at once for the throughput table (batched LM steps "
+                   "and node queries), separated by commas.")
+@click.option("--rtl-sample", type=int, default=4, show_default=True,
+              help="Queries of the time split run on the nodes' Verilog (native engine, each "
+                   "node's shard; one Verilator build per node configuration, cached); 0: "
+                   "none.")
 @reports_errors
 def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, clock_mhz,
-               **common):
+               sizes, probes, batches, rtl_sample, **common):
     """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
     the per-token time of the LM step and of the retrieval."""
     from ..ralm import chamlm
@@ -141,18 +254,46 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
         raise ConfigError("lambdas", "each must be in 0..1", value=lambdas)
     if any(not 1 <= v <= common["k"] for v in kk):
         raise ConfigError("ks", f"each must be in 1..k={common['k']}", value=ks)
+    checks.at_least("probes", probes, 1)
+    checks.at_least("rtl_sample", rtl_sample, 0, 64)
+    bb = _numbers("batch", batches, int)
+    if any(not 1 <= b <= 256 for b in bb):
+        raise ConfigError("batch", "each must be in 1..256", value=batches)
+    if clock_mhz is not None and not clock_mhz > 0:
+        raise ConfigError("clock_mhz", "must be > 0", value=clock_mhz)
+    size_list = _sizes(sizes, common["max_tokens"])
     s, model, store, index_dir, held, timeout = _setup(eval_tokens=eval_tokens, **common)
+    size_list = [n for n in size_list if n < len(store.values)]
     with _retriever(s, index_dir, timeout) as r:
         ppl = chamlm.perplexity(model, r, store, held, eval_tokens, iv, kk, lams, log=_log)
         prompt = model.tokenizer.encode(held[0].text)[:32]
-        if clock_mhz is not None and not clock_mhz > 0:
-            raise ConfigError("clock_mhz", "must be > 0", value=clock_mhz)
         timing = {i: chamlm.time_split(model, r, prompt, time_tokens, i, clock_mhz)
                   for i in iv}
+        _log(f"throughput: batches {', '.join(map(str, bb))} ...")
+        rate = [chamlm.throughput(model, r, store, _prompts(model, held, b), time_tokens, i,
+                                  clock_mhz=clock_mhz) for i in iv for b in bb]
+        _log(f"transport probe: {probes} one-query searches, the LM idle ...")
+        states = model.forward(prompt, logits=False)[1]
+        probe = chamlm.transport_probe(r, states, probes)
+        rtl = {"queries": 0, "reason": "--rtl-sample 0"}
+        if rtl_sample:
+            _log(f"RTL sample: {rtl_sample} queries on each node's Verilog (native engine) ...")
+            rtl = chamlm.rtl_sample(r, states, rtl_sample, log=_log)
+    curve = chamlm.size_curve(model, store, index_dir.parent, held, s, size_list,
+                              nlist=common["nlist"], ks=kk, lams=lams,
+                              timeout=timeout or 10.0, log=_log)
+    curve.append({"store_tokens": int(len(store.values)), "nlist": s.nlist,
+                  "temperature": ppl["temperature"], "tokens": ppl["tokens"], "lm": ppl["lm"],
+                  "runs": [{"k": r_["k"], "lambda": r_["lambda"], "ppl": r_["ppl"]}
+                           for r_ in ppl["runs"] if r_["interval"] == 1]})
+    if curve[-1]["runs"]:
+        curve[-1]["best"] = min(curve[-1]["runs"], key=lambda r_: r_["ppl"])
     split = [chamlm.split_entry(t) for t in timing.values()]
     out = {"settings": dataclasses.asdict(s), "datastore_entries": int(len(store.values)),
            "store_tokens": int(len(store.values)),
-           "perplexity": ppl, "time": {str(i): t for i, t in timing.items()},
+           "perplexity": ppl, "size_curve": curve, "transport": probe, "throughput": rate,
+           "rtl_sample": rtl,
+           "time": {str(i): t for i, t in timing.items()},
            "time_split": split, "paper": chamlm.PAPER}
     held_text = ("documents not in the datastore" if s.heldout == "documents" else
                  "passages of the datastore's documents (in-document split)")
@@ -197,12 +338,20 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
         click.echo("  node hw at a measured clock: not available (chamvs-node has no row in "
                    "hwgen/flow/timing_results.json; make timing measures it)")
     _echo_split(split)
+    _echo_rtl(rtl, next(iter(timing.values())))
+    _echo_throughput(rate)
+    _echo_probe(probe)
+    _echo_curve(curve)
     click.echo("paper (Chameleon section 6.3):")
     for k, v in chamlm.PAPER.items():
         click.echo(f"  {k}: {v}")
     if json_path:
         with open(json_path, "w") as f:
             json.dump(out, f, indent=1)
+    if rtl["queries"] and (rtl["mismatches"] or rtl["timeout"]):
+        raise SimulationMismatch(f"the nodes' Verilog disagreed with the golden model on "
+                                 f"{rtl['mismatches']} beats of {rtl['queries']} queries"
+                                 + (" (timed out)" if rtl["timeout"] else ""))
 
 
 @ralm.command("generate")

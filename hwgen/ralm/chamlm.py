@@ -14,6 +14,7 @@ a section of a paper), so no held-out text shares a document with the datastore;
 neighbours include other passages of its own document (the in-document split).
 """
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from ..flow.timing_table import measured_clock
 from . import keys, knnlm
 
 __all__ = ["Settings", "prepare", "perplexity", "time_split", "split_entry", "generate",
-           "PAPER"]
+           "default_corpus", "default_nlist", "size_curve", "subset", "transport_probe",
+           "store_sizes", "throughput", "rtl_sample", "PAPER", "WIKI_TOKENS"]
 
 #: Chameleon's observations on retrieval frequency (section 6.3, Table 2, Figures 10 and 11).
 PAPER = {
@@ -42,6 +44,34 @@ PAPER = {
 
 #: How the held-out text is chosen (:func:`split`).
 HELDOUT = ("documents", "passages")
+
+#: Datastore sizes up to which the default corpus is the Wikipedia extract (about 3.0 million
+#: characters, some 680,000 tokens outside its held-out documents); larger ones take the
+#: ``hwgen dataset ralm-keys`` mix (:data:`hwgen.ralm.keys.DEFAULT_CORPUS`).
+WIKI_TOKENS = 500_000
+
+
+def default_corpus(store_tokens):
+    """``wiki`` for datastores of at most :data:`WIKI_TOKENS` entries, else the ralm-keys mix
+    (the papers, Lee, the Wikipedia extract, pydoc, then the standard library's source)."""
+    return "wiki" if store_tokens <= WIKI_TOKENS else keys.DEFAULT_CORPUS
+
+
+def default_nlist(entries):
+    """IVF lists for a datastore of ``entries`` keys: the largest power of two at most
+    ``sqrt(entries) / 2``, and at least 32 (32 at 12,000 entries, 128 at 10^5, 256 at 10^6;
+    with nprobe 8 a query scans about 3% of a 10^6 datastore)."""
+    return max(32, 1 << int(math.floor(math.log2(max(math.sqrt(entries) / 2, 1)))))
+
+
+def store_sizes(entries, smallest=10_000):
+    """The datastore-size curve's sizes below ``entries``: 10^4, 10^5, ... (kNN-LM's
+    Figure 2 varies the datastore by powers of ten)."""
+    sizes, n = [], smallest
+    while n < entries:
+        sizes.append(n)
+        n *= 10
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -87,9 +117,24 @@ def split(passages, every, heldout="passages"):
     """``(datastore passages, held-out passages)``: every ``every``-th passage held out, or
     with ``heldout="documents"`` every ``every``-th document whole."""
     if heldout == "documents":
-        return keys.split_documents(passages, every)
-    return ([p for i, p in enumerate(passages) if i % every != every - 1],
-            [p for i, p in enumerate(passages) if i % every == every - 1])
+        store, held = keys.split_documents(passages, every)
+    else:
+        store = [p for i, p in enumerate(passages) if i % every != every - 1]
+        held = [p for i, p in enumerate(passages) if i % every == every - 1]
+    return store, _interleave(held)
+
+
+def _interleave(passages):
+    """``passages`` of a mix taken round-robin over its corpora (one passage of each in turn,
+    in their order), so that the first held-out tokens scored come from every corpus; a single
+    corpus's passages are returned as they are."""
+    by_corpus = {}
+    for p in passages:
+        by_corpus.setdefault(p.source.split("/", 1)[0], []).append(p)
+    if len(by_corpus) < 2:
+        return passages
+    turns = itertools.zip_longest(*by_corpus.values())
+    return [p for turn in turns for p in turn if p is not None]
 
 
 def prepare(model, settings, log=None):
@@ -120,13 +165,135 @@ def prepare(model, settings, log=None):
         store = knnlm.build_datastore(model, store_p, s.max_tokens, log=say)
         store.save(ds_path)
         say(f"datastore: {len(store.values)} entries in {time.monotonic() - start:.0f} s")
-    ikey = knnlm.cache_key("index-v1", s.nodes, s.nlist, s.m, s.nprobe, s.k, s.elem_bits)
+    if len(store.values) < s.max_tokens:
+        say(f"datastore: the {s.corpus} corpus holds only {len(store.values):,} tokens outside "
+            f"its held-out {s.heldout}, not the {s.max_tokens:,} asked for")
+    return store, _index(store, root, s, s.nlist, say), held
+
+
+def _index(store, root, s, nlist, say):
+    """The node shards of ``store`` under ``root`` for the settings ``s`` (cached)."""
+    ikey = knnlm.cache_key("index-v1", s.nodes, nlist, s.m, s.nprobe, s.k, s.elem_bits)
     index_dir = root / f"index-{ikey}"
     if not (index_dir / "index.json").exists():
-        index_dir.mkdir(exist_ok=True)
-        knnlm.make_index(store, index_dir, nodes=s.nodes, nlist=s.nlist, m=s.m,
+        index_dir.mkdir(parents=True, exist_ok=True)
+        knnlm.make_index(store, index_dir, nodes=s.nodes, nlist=nlist, m=s.m,
                          nprobe=s.nprobe, k=s.k, elem_bits=s.elem_bits, log=say)
-    return store, index_dir, held
+    return index_dir
+
+
+def subset(store, entries, seed=0):
+    """A datastore of ``entries`` entries of ``store`` drawn at random (seeded, kept in their
+    order): the smaller datastores of the size curve. Its ids are positions in the subset and
+    ``passage`` keeps each entry's passage, but the entry after one is no longer the next
+    token, so a subset is only scored at interval 1, where no neighbour is followed."""
+    if not 1 <= entries <= len(store.values):
+        raise ConfigError("sizes", f"each must be in 1..{len(store.values)} (the datastore)",
+                          value=entries)
+    pick = np.sort(np.random.default_rng(seed).choice(len(store.values), entries,
+                                                      replace=False))
+    return knnlm.Datastore(store.keys[pick], store.values[pick], store.passage[pick],
+                           store.texts, store.sources)
+
+
+def size_curve(model, store, root, held, settings, sizes, *, nlist=None, ks=None, lams=(0.25,),
+               timeout=10.0, log=None):
+    """Perplexity at interval 1 on the same held-out text with random subsets of ``store``
+    (:func:`subset`) of each of ``sizes`` entries, each with its own index (``nlist``, default
+    :func:`default_nlist` of its size; cached under ``root``) served by its own node
+    processes: the datastore-size curve. Returns one entry per size:
+    ``{"store_tokens", "nlist", "temperature", "lm", "runs": [{"k", "lambda", "ppl"}],
+    "best"}``."""
+    s = settings.check()
+    say = log or (lambda line: None)
+    out = []
+    for n in sizes:
+        sub = subset(store, n)
+        lists = nlist or default_nlist(n)
+        index_dir = _index(sub, Path(root) / f"subset-{n}-seed0", s, lists, say)
+        say(f"size curve: {n:,} entries (nlist {lists}) ...")
+        with knnlm.Retriever(index_dir, backend=s.backend, timeout=timeout) as r:
+            ppl = perplexity(model, r, sub, held, s.eval_tokens, (1,), ks, lams)
+        runs = [{"k": run["k"], "lambda": run["lambda"], "ppl": run["ppl"]}
+                for run in ppl["runs"]]
+        out.append({"store_tokens": n, "nlist": lists, "temperature": ppl["temperature"],
+                    "tokens": ppl["tokens"], "lm": ppl["lm"], "runs": runs,
+                    "best": min(runs, key=lambda r_: r_["ppl"])})
+    return out
+
+
+def rtl_sample(retriever, states, count=4, log=None):
+    """The nodes' generated Verilog on the native engine (Verilator) for the first ``count``
+    of ``states``, on every node's own shard: mismatches against the golden model and each
+    query's simulated cycles (the node's counters) beside the cycle model's. Returns
+    ``{"queries", "mismatches", "timeout", "cycles": [per query, the slowest node],
+    "model_cycles": [...], "model_error_mean"}``, or ``{"queries": 0, "reason"}`` when
+    Verilator is missing."""
+    import dataclasses
+
+    from ..errors import ToolError
+    from ..vecsearch.baseline import simulate_sample
+    from ..vecsearch.model import layout_query_cycles
+    ints, probes = retriever.encode(states[:count])
+    per_node, mismatches, timeout = [], 0, False
+    for sv in retriever.local_services:
+        data = dataclasses.replace(sv._packed, queries=ints, probes=probes)
+        try:
+            res, cycles = simulate_sample(sv.config, data, len(ints), 1, log)
+        except ToolError as e:
+            return {"queries": 0, "reason": str(e)}
+        mismatches += res["mismatches"]
+        timeout = timeout or bool(res["timeout"])
+        model = [layout_query_cycles(sv.config, sv._packed.layout, p, sv.config.k)["total"]
+                 for p in probes]
+        per_node.append((cycles, model))
+    cycles = [max(c[q] for c, _ in per_node) for q in range(len(per_node[0][0]))]
+    model = [max(m[q] for _, m in per_node) for q in range(len(ints))]
+    error = (float(abs(np.mean(model) - np.mean(cycles)) / np.mean(cycles)) if cycles
+             else None)
+    return {"queries": len(ints), "nodes": len(per_node), "mismatches": mismatches,
+            "timeout": timeout, "cycles": cycles, "model_cycles": model,
+            "model_error_mean": error}
+
+
+def transport_probe(retriever, states, repeats=64):
+    """The transport alone: ``repeats`` searches of one query each (the rows of ``states`` in
+    turn) with nothing else running in this process, timed like :func:`time_split`'s round
+    trip, through the retriever's coordinator (every node) and through a coordinator to node 0
+    alone (``one_node``: one node process besides this one, so on a 2-core machine no process
+    waits for a core). Returns medians in ms: ``round_trip_ms``, ``node_ms`` (the slowest
+    node's own search, reported in its reply) and ``transport_overhead_ms`` (per search, round
+    trip minus it), its 90th percentile, the ``k`` and the number of searches."""
+    from ..vecsearch.host.coordinator import Coordinator
+    out = _probe(retriever.coordinator, retriever, states, repeats)
+    one = Coordinator(retriever.addresses[:1], timeout=retriever.coordinator.timeout)
+    try:
+        out["one_node"] = _probe(one, retriever, states, repeats)
+    finally:
+        one.close()
+    return out
+
+
+def _probe(coordinator, retriever, states, repeats):
+    ints, probes = retriever.encode(states)
+    k = retriever.config.k
+    rt, node, over = [], [], []
+    for i in range(repeats):
+        q = i % len(ints)
+        t0 = time.perf_counter()
+        res = coordinator.search(ints[q:q + 1], probes[q:q + 1], k)
+        t1 = time.perf_counter()
+        if res.node_seconds is None or res.partial:
+            continue
+        rt.append(t1 - t0)
+        node.append(res.node_seconds)
+        over.append(t1 - t0 - res.node_seconds)
+    if not rt:
+        return {"k": k, "searches": 0}
+    return {"k": k, "searches": len(rt), "round_trip_ms": float(np.median(rt)) * 1e3,
+            "node_ms": float(np.median(node)) * 1e3,
+            "transport_overhead_ms": float(np.median(over)) * 1e3,
+            "transport_overhead_p90_ms": float(np.percentile(over, 90)) * 1e3}
 
 
 def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),
@@ -269,6 +436,78 @@ def split_entry(t):
         e.update(token_ms_cpu=cpu_token, token_ms_node=node_token,
                  end_to_end_speedup=cpu_token / node_token)
     return e
+
+
+def throughput(model, retriever, store, prompts, tokens=32, interval=1, lam=0.25,
+               clock_mhz=None):
+    """Batched generation: the B equal-length ``prompts`` (ids, ``(B, n)``) continued
+    ``tokens`` tokens at once, greedily with the kNN-LM (K the nodes', ``lam``), one batched
+    LM step (:meth:`~hwgen.ralm.lm.Llama.forward_batch`) per token and, every ``interval``
+    tokens, one coordinator search of the B states (each node answers the batch in one
+    request). Timed per phase, in seconds over the run: ``lm_s``, ``encode_s``,
+    ``round_trip_s`` (the nodes on this CPU), ``mix_s`` (the kNN distribution and the
+    interpolation); and, for the same B queries of every retrieval, ``cpu_faiss_s`` (CPU
+    faiss over the same index) and ``hw_s`` (the projected node: the generated node's cycles
+    for the batch, queries one after another, nodes in parallel, at ``clock_mhz``, default
+    the measured clock, else the board's). ``tokens_per_s``: measured (B x tokens / wall),
+    and with the retrieval on CPU faiss or on the projected node in place of the round trip
+    (LM, encoding and mixing as measured; the node's round trip replaced by the measured
+    per-search transport overhead plus ``hw_s``)."""
+    from ..boards import load_board
+    from ..vecsearch.model import layout_query_cycles
+    prompts = np.asarray(prompts, dtype=np.int64)
+    B, k, V = len(prompts), retriever.config.k, model.config.vocab
+    services, cpu = retriever.local_services, retriever.cpu_index
+    kernel = load_board(services[0].config.board).kernel_clock_mhz
+    measured = measured_clock({"chamvs-node"}, kernel)
+    clock = clock_mhz or measured["clock_mhz"] or kernel
+    t = dict.fromkeys(("lm_s", "encode_s", "round_trip_s", "node_reported_s", "mix_s",
+                       "cpu_faiss_s", "hw_s"), 0.0)
+    searches = 0
+    start = time.perf_counter()
+    cache = model.new_cache()
+    logits, hidden = model.forward_batch(prompts, cache)
+    t["lm_s"] += time.perf_counter() - start
+    for step in range(tokens):
+        if step % interval == 0:
+            t0 = time.perf_counter()
+            ints, probes = retriever.encode(hidden[:, -1])
+            t1 = time.perf_counter()
+            res = retriever.coordinator.search(ints, probes, k)
+            t2 = time.perf_counter()
+            cpu.search(ints.astype(np.float32), k)
+            t3 = time.perf_counter()
+            t["encode_s"] += t1 - t0
+            t["round_trip_s"] += t2 - t1
+            t["cpu_faiss_s"] += t3 - t2
+            t["node_reported_s"] += res.node_seconds or 0.0
+            searches += 1
+            t["hw_s"] += max(sum(layout_query_cycles(sv.config, sv._packed.layout, pr, k)["total"]
+                                 for pr in probes) for sv in services) / (clock * 1e6)
+            dist = np.full((B, k), np.inf)
+            nbr = np.full((B, k), -1, dtype=np.int64)
+            for q, (d, i) in enumerate(zip(res.distances, res.ids)):
+                dist[q, :len(d)] = np.asarray(d, dtype=np.float64) / retriever.inv_scale ** 2
+                nbr[q, :len(i)] = i
+        t4 = time.perf_counter()
+        moved = knnlm.follow(nbr, step % interval, store.passage)
+        p_knn = knnlm.knn_distribution(dist, moved, store.values, V, retriever.temperature)
+        p = knnlm.interpolate(softmax(logits[:, -1].astype(np.float64), axis=-1), p_knn, lam)
+        nxt = np.argmax(p, axis=-1)
+        t5 = time.perf_counter()
+        logits, hidden = model.forward_batch(nxt[:, None], cache)
+        t["mix_s"] += t5 - t4
+        t["lm_s"] += time.perf_counter() - t5
+    wall = time.perf_counter() - start
+    transport = t["round_trip_s"] - t["node_reported_s"]
+    rest = t["lm_s"] + t["encode_s"] + t["mix_s"]
+    made = B * tokens
+    return {"batch": B, "tokens": tokens, "interval": interval, "searches": searches,
+            "clock_mhz": clock, "clock": "measured" if clock == measured["clock_mhz"] else
+            ("given" if clock_mhz else "declared"), "wall_s": wall, **t,
+            "tokens_per_s": made / wall,
+            "tokens_per_s_cpu_faiss": made / (rest + t["cpu_faiss_s"]),
+            "tokens_per_s_node": made / (rest + transport + t["hw_s"])}
 
 
 def generate(model, retriever, store, prompt, tokens=32, interval=8, k=None, lam=0.25,
