@@ -208,6 +208,10 @@ class _PercentOption(click.ParamType):
               help="PQ bytes per code searched (repeatable; default 8, 16, 32, 64).")
 @click.option("--channels", type=int, multiple=True,
               help="Memory channel counts searched (repeatable; default 1..all).")
+@click.option("--opq", type=click.Choice(["both", "no", "yes"]), default="both",
+              show_default=True,
+              help="Index settings measured without and/or with an OPQ rotation (applied to "
+                   "the base and the queries on the host; the node has none).")
 @k_option(None, "Results per query (default: the goal's R).")
 @click.option("--max-estimates", type=int, default=24, show_default=True,
               help="Most netlist resource estimates (10-20 s each, on Dask).")
@@ -229,7 +233,7 @@ class _PercentOption(click.ParamType):
                    "chamvs-node --config (default: beside --json, NAME.config.json).")
 @reports_errors
 def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queries, nlists, ms,
-                channels, k, max_estimates, workers, scheduler, validate_count,
+                channels, opq, k, max_estimates, workers, scheduler, validate_count,
                 validate_queries, seed, json_path, plot_path, config_out):
     """From a user's vectors and a recall goal to the fastest ChamVS node that fits: the index
     (nlist, m, nprobe) measured by faiss on the data, the node (channels, LUT-builder width,
@@ -263,6 +267,7 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
                      nlists=list(nlists) or None, ms=list(ms) or None,
                      channels=list(channels) or None, seed=seed, k=k,
                      max_estimates=max_estimates, scheduler=scheduler, workers=workers,
+                     opq={"both": (False, True), "no": (False,), "yes": (True,)}[opq],
                      log=_log)
     for line in explore_lines(result):
         click.echo(line)
@@ -286,6 +291,14 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
         click.echo(f"  chosen design written to {config_out} (hwgen build chamvs-node --config "
                    f"{config_out}; hwgen sim chamvs-node --config {config_out} --base {base} "
                    f"--queries {queries} --nprobe {result['chosen']['nprobe']})")
+        if result["chosen"]["opq"]:
+            from ..vecsearch.explore import opq_rotation
+            rot_path = str(Path(config_out).with_suffix("")).removesuffix(".config") + ".opq.npy"
+            np.save(rot_path, opq_rotation(base_v, result["chosen"]["m"], seed))
+            result["chosen"]["rotation"] = rot_path
+            click.echo(f"  the design searches OPQ-rotated vectors: rotation (D x D, trained on "
+                       f"the whole base) written to {rot_path}; rotate the base and every "
+                       "query on the host as x @ R.T before sharding, simulating or sending")
     if json_path:
         write_json(json_path, json.loads(json.dumps(result, default=float)))
         click.echo(f"  wrote {json_path}")
@@ -313,12 +326,13 @@ def explore_lines(result):
              f"{result['designs']} designs "
              f"modelled, {result['estimated']} resource estimates; {result['seconds']:.0f} s"]
     lines += [f"  note: {n}" for n in result["notes"]]
-    lines.append("  front (recall, QPS, nlist, m, nprobe, channels, lut_sub_par, queue, "
+    lines.append("  front (recall, QPS, nlist, m, nprobe, OPQ, channels, lut_sub_par, queue, "
                  "binding resource):")
     for r in result["front"]:
         mark = "  <- chosen" if r is result["chosen"] else ""
         lines.append(f"    {r['recall']:.3f} {r['qps']:>10,.0f}  {r['nlist']:>6} {r['m']:>3} "
-                     f"{r['nprobe']:>4} {r['channels']:>3} {r['lut_sub_par']:>3} "
+                     f"{r['nprobe']:>4} {'OPQ' if r.get('opq') else '-':>3} "
+                     f"{r['channels']:>3} {r['lut_sub_par']:>3} "
                      f"{r['queue']:<8} " + (f"{r['binding']} {r['percent'][r['binding']]:.1f}%"
                                             if r["binding"] else "not estimated") + mark)
     return lines

@@ -31,10 +31,17 @@ front of the designs not yet known to overflow is estimated, the overflowing dro
 front is estimated or ``max_estimates`` are spent. The index search and the cycle model run in
 this process (seconds); validation simulations too (one Verilator build each).
 
-Not searched: OPQ (the node has no rotation; a host-side rotation would be needed) and the L1
-queue lengths (sized by the binomial rule, ``l1_len = 0``). Validation checks bit-exactness and
-cycles; it does not synthesise the picks with yosys (``hwgen build --synth`` of the written
-config does).
+**OPQ.** With ``opq`` including True every (nlist, m) is also measured with OPQ: a rotation
+trained by faiss (``OPQMatrix``, :func:`opq_rotation`) on the base for ``m`` sub-spaces. The
+node has no rotation: the host rotates the base before sharding and every query before sending
+(``x @ R.T``, then the node's 8-bit quantisation), so a design with ``opq`` searches exactly
+what an index of the rotated vectors holds; L2 distances, and so the ground truth, are those of
+the original vectors up to the 8-bit rounding. The rotation costs the host ``D x D``
+multiply-adds per query (not in the node's QPS).
+
+Not searched: the L1 queue lengths (sized by the binomial rule, ``l1_len = 0``). Validation
+checks bit-exactness and cycles; it does not synthesise the picks with yosys (``hwgen build
+--synth`` of the written config does).
 """
 
 import gc
@@ -55,13 +62,16 @@ from .model import layout_query_cycles
 from .node import ChamVSNodeConfig
 from .node_model import prepare, recall_at
 
-__all__ = ["Goal", "parse_goal", "explore", "validate", "plot_front", "LUT_WIDTHS", "QUEUES"]
+__all__ = ["Goal", "parse_goal", "explore", "validate", "plot_front", "opq_rotation", "rotate",
+           "LUT_WIDTHS", "QUEUES", "OPQ"]
 
 #: LUT builder sub-spaces per cycle searched (0: all, a row per cycle).
 LUT_WIDTHS = (0, 16, 4)
 QUEUES = ("insert", "systolic")
 NPROBES = (1, 2, 4, 8, 16, 32, 64, 128)
 MS = (8, 16, 32, 64)
+#: Index settings measured without and with an OPQ rotation.
+OPQ = (False, True)
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,7 @@ class IndexPoint:
     recall: float
     sizes: np.ndarray = field(repr=False)
     probes: np.ndarray = field(repr=False)
+    opq: bool = False
 
 
 def query_rows(n, max_queries, seed):
@@ -157,25 +168,62 @@ def _grid(n, dim, word_bytes, nlists, ms):
     return nlists, ms
 
 
-def index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log=None):
-    """Every (nlist, m, nprobe) of the grid with its recall measured by faiss on the node's
-    integer index; the index is trained once per (nlist, m)."""
+def opq_rotation(base, m, seed=1234):
+    """OPQ's rotation of ``base`` ``(n, D)`` for ``m`` PQ sub-spaces, trained by faiss
+    (``OPQMatrix``, on at most 65,536 vectors): an orthonormal float32 ``(D, D)`` matrix ``R``;
+    the rotated vectors are ``x @ R.T``."""
+    faiss = import_faiss()
+    x = np.ascontiguousarray(base, dtype=np.float32)
+    dim = x.shape[1]
+    opq = faiss.OPQMatrix(dim, m)
+    pq = faiss.ProductQuantizer(dim, m, 8)         # the PQ it alternates with, as the node's
+    pq.cp.min_points_per_centroid = 1               # small bases are fine (no faiss warning)
+    opq.pq = pq
+    if len(x) > opq.max_train_points:
+        x = x[np.sort(np.random.default_rng(seed).choice(len(x), opq.max_train_points,
+                                                         replace=False))]
+    opq.train(x)
+    return faiss.vector_to_array(opq.A).reshape(dim, dim)
+
+
+def rotate(x, rotation, inv_scale=None):
+    """``x @ R.T`` quantised to the node's 8 bits (with ``inv_scale``, default the peak's):
+    ``(int64 array, inv_scale)``."""
+    return quantize_vectors(np.asarray(x, dtype=np.float32) @ rotation.T, 8, inv_scale)
+
+
+def index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log=None, opq=(False,)):
+    """Every (nlist, m, nprobe) of the grid, without and (with ``True`` in ``opq``) with an
+    OPQ rotation, with its recall measured by faiss on the node's integer index; the index is
+    trained once per (nlist, m, OPQ), the rotation once per m."""
     points = []
-    for nlist in nlists:
+    for rotated in opq:
         for m in ms:
-            t = time.monotonic()
-            idx = train_integer_ivfpq(base_i, nlist=nlist, m=m, seed=seed)
-            sizes = np.array([len(ids) for ids in idx.list_ids], dtype=np.int64)
-            for nprobe in [p for p in NPROBES if p <= nlist]:
-                idx.index.nprobe = nprobe
-                _, found = idx.index.search(queries_i.astype(np.float32), goal.at)
-                recall = recall_at(found, gt, goal.at)
-                points.append(IndexPoint(nlist, m, nprobe, recall, sizes,
-                                         idx.probe(queries_i, nprobe)))
-            if log:
-                best = max(p.recall for p in points if p.nlist == nlist and p.m == m)
-                log(f"explore: nlist {nlist}, m {m}: trained and searched in "
-                    f"{time.monotonic() - t:.1f} s; recall@{goal.at} up to {best:.3f}")
+            b, q, what = base_i, queries_i, ""
+            if rotated:
+                t = time.monotonic()
+                rotation = opq_rotation(base_i, m, seed)
+                b, inv_scale = rotate(base_i, rotation)
+                q, _ = rotate(queries_i, rotation, inv_scale)
+                what = " with OPQ"
+                if log:
+                    log(f"explore: OPQ rotation for m {m} trained in "
+                        f"{time.monotonic() - t:.1f} s")
+            for nlist in nlists:
+                t = time.monotonic()
+                idx = train_integer_ivfpq(b, nlist=nlist, m=m, seed=seed)
+                sizes = np.array([len(ids) for ids in idx.list_ids], dtype=np.int64)
+                for nprobe in [p for p in NPROBES if p <= nlist]:
+                    idx.index.nprobe = nprobe
+                    _, found = idx.index.search(q.astype(np.float32), goal.at)
+                    recall = recall_at(found, gt, goal.at)
+                    points.append(IndexPoint(nlist, m, nprobe, recall, sizes,
+                                             idx.probe(q, nprobe), rotated))
+                if log:
+                    best = max(p.recall for p in points
+                               if (p.nlist, p.m, p.opq) == (nlist, m, rotated))
+                    log(f"explore: nlist {nlist}, m {m}{what}: trained and searched in "
+                        f"{time.monotonic() - t:.1f} s; recall@{goal.at} up to {best:.3f}")
     return points
 
 
@@ -297,7 +345,7 @@ def _estimate_front(rows, goal, board, budget, max_estimates, scheduler, workers
 def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
             sample=100_000, max_queries=200, model_queries=64, nlists=None, ms=None,
             channels=None, lut_widths=LUT_WIDTHS, queues=QUEUES, seed=1234, k=None,
-            max_estimates=24, scheduler=None, workers=None, log=None):
+            max_estimates=24, scheduler=None, workers=None, opq=OPQ, log=None):
     """Search the index and node spaces; returns the JSON-ready result (``chosen`` is None and
     ``limit`` says why when no design reaches the goal within the budget)."""
     t0 = time.monotonic()
@@ -318,7 +366,9 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
     base_i, queries_i, gt, notes = _data(base, queries, gt, goal, sample, rows_q, seed, log)
     word_bytes = board.primary_memory.axi_data_bits // 8
     nlists, ms = _grid(len(base_i), base_i.shape[1], word_bytes, nlists, ms)
-    points = index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log)
+    if not opq or any(v not in (False, True) for v in opq):
+        raise ConfigError("opq", "must be a non-empty subset of (False, True)", value=opq)
+    points = index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log, tuple(opq))
     clock = measured_clock({"chamvs-node"}, board.kernel_clock_mhz)
     clock_mhz = clock["clock_mhz"] or board.kernel_clock_mhz
     rows = []
@@ -329,7 +379,7 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
             cycles = _node_cycles(cfg, point, nodes, k, model_queries)
             rows.append({"recall": point.recall, "qps": clock_mhz * 1e6 / cycles,
                          "cycles": cycles, "nlist": point.nlist, "m": point.m,
-                         "nprobe": point.nprobe, "channels": cfg.n_channels,
+                         "nprobe": point.nprobe, "opq": point.opq, "channels": cfg.n_channels,
                          "lut_sub_par": cfg.lut_sub_par, "queue": cfg.queue,
                          "config": cfg.to_dict()})
     if not rows:
@@ -352,7 +402,9 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
     if chosen is None:
         if best.recall < goal.recall:
             limit = (f"recall@{goal.at} >= {goal.recall:g} is out of reach: the best index "
-                     f"of the grid (nlist {best.nlist}, m {best.m}, nprobe {best.nprobe}) finds "
+                     f"of the grid (nlist {best.nlist}, m {best.m}, nprobe {best.nprobe}"
+                     f"{', OPQ' if best.opq else ''}; OPQ "
+                     f"{'searched' if True in opq else 'not searched'}) finds "
                      f"{best.recall:.3f}; product-quantisation codes of at most "
                      f"{max(ms)} bytes limit it (the node's m is at most its "
                      f"{word_bytes}-byte memory word; a longer code, or re-ranking with "
@@ -368,16 +420,16 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
     return {"goal": str(goal), "board": board.name, "nodes": nodes, "budget_percent": budget,
             "base_vectors": int(len(base_i)), "dim": int(base_i.shape[1]),
             "queries": int(len(queries_i)), "query_rows": rows_q.tolist(), "notes": notes,
-            "grid": {"nlist": nlists, "m": ms, "nprobe": list(NPROBES),
+            "grid": {"nlist": nlists, "m": ms, "nprobe": list(NPROBES), "opq": list(opq),
                      "channels": sorted({r["channels"] for r in rows}),
                      "lut_sub_par": list(lut_widths), "queue": list(queues)},
             "clock": {"mhz": clock_mhz, "ratio": clock["ratio"], "block": clock["block"],
                       "measured": clock["clock_mhz"] is not None},
-            "index_points": [{"nlist": p.nlist, "m": p.m, "nprobe": p.nprobe,
+            "index_points": [{"nlist": p.nlist, "m": p.m, "nprobe": p.nprobe, "opq": p.opq,
                               "recall": p.recall} for p in points],
             "designs": len(rows), "estimated": len(cache),
             "front": front, "chosen": chosen, "limit": limit,
-            "all": [{k2: r[k2] for k2 in ("recall", "qps", "nlist", "m", "nprobe",
+            "all": [{k2: r[k2] for k2 in ("recall", "qps", "nlist", "m", "nprobe", "opq",
                                           "channels", "lut_sub_par", "queue")} for r in rows],
             "seconds": time.monotonic() - t0}
 
@@ -388,7 +440,7 @@ def picks(result, count):
     goal = parse_goal(result["goal"])
     out, seen = [], set()
     for r in sorted(result["front"], key=lambda r: -r["qps"]):
-        key = _config_key(r["config"])
+        key = (_config_key(r["config"]), r.get("opq", False))
         if r["recall"] >= goal.recall and key not in seen:
             out.append(r)
             seen.add(key)
@@ -409,7 +461,12 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, lo
         cfg = ChamVSNodeConfig(**row["config"])
         t = time.monotonic()
         n = min(sim_queries, len(queries))
-        data = prepare(cfg, base=base, queries=queries, nprobe=row["nprobe"],
+        b, q = base, queries
+        if row.get("opq"):            # the host's rotation, trained on the whole base
+            rotation = opq_rotation(base, cfg.m, seed)
+            b = np.asarray(base, dtype=np.float32) @ rotation.T
+            q = np.asarray(queries, dtype=np.float32) @ rotation.T
+        data = prepare(cfg, base=b, queries=q, nprobe=row["nprobe"],
                        count=len(queries), seed=seed)           # every query, in order
         data.index.index.nprobe = row["nprobe"]
         found = data.index.index.search(data.queries.astype(np.float32), goal.at)[1]
@@ -421,6 +478,7 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, lo
         mean_error = (float(abs(np.mean(model) - np.mean(cycles)) / np.mean(cycles))
                       if cycles else None)
         out.append({"config": row["config"], "nprobe": row["nprobe"],
+                    "opq": bool(row.get("opq")),
                     "recall": recall, "reaches_goal": recall >= goal.recall,
                     "simulated_queries": n, "mismatches": sim["mismatches"],
                     "timeout": sim["timeout"], "cycles": cycles, "model_cycles": model,
@@ -430,7 +488,7 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, lo
                     "ok": (sim["mismatches"] == 0 and not sim["timeout"] and bool(cycles)
                            and mean_error <= 0.05),
                     "seconds": time.monotonic() - t})
-        del data, sim         # a million-vector design holds gigabytes: free it before the next
+        del data, sim, b, q   # a million-vector design holds gigabytes: free it before the next
         gc.collect()
         if log:
             v = out[-1]
