@@ -3,9 +3,9 @@
 The node holds one shard (:mod:`hwgen.vecsearch.host.shard`: an ``.npz`` that cannot run code,
 made by :func:`~hwgen.vecsearch.host.shard.make_shards` / ``hwgen chamvs shard``) and answers
 ``search`` requests either with the node's golden model (``golden``) or by running the node's
-Verilog on Verilator with the shard in cocotbext-axi memories (``rtl``; one simulation at a
-time; the simulation is itself checked against the golden model, a disagreement is answered as
-an error).
+Verilog on Verilator with the shard in the native engine's AXI memories (``rtl``: hwgen's C++
+testbench, random input gaps and output backpressure; one simulation at a time; the simulation
+is itself checked against the golden model, a disagreement is answered as an error).
 
 Run: ``python -m hwgen.vecsearch.host.node_server SHARD.npz --port 0 --backend golden``; it prints
 ``listening on <port>`` once ready. Startup problems (missing or invalid shard, port in use or
@@ -293,7 +293,8 @@ class NodeService:
         from ...flow.simulate import simulate
         acc = registry.get("chamvs-node")
         run = simulate(acc, self.config, items=len(data.queries), stall=0.1,
-                       stimulus={"data": data, "results": golden_results}, keep_outputs=True)
+                       stimulus={"data": data, "results": golden_results}, keep_outputs=True,
+                       engine="native")
         if run["mismatches"]:
             raise HwgenError(f"RTL disagrees with the golden model ({run['mismatches']} beats)")
         out, cur = [], ([], [])
