@@ -465,6 +465,11 @@ def test_size_curve_scores_each_subset_with_its_own_nodes(tiny, tmp_path):
     assert full["lm"] == ppl["lm"] and full["runs"][0]["ppl"] == ppl["runs"][0]["ppl"]
 
 
+def test_transport_goal_follows_k():
+    from hwgen.cli.ralm import transport_goal_ms
+    assert [transport_goal_ms(k) for k in (4, 16, 17, 100)] == [1.0, 1.0, 3.0, 3.0]
+
+
 def test_transport_probe_times_one_query_per_search(tiny, indexes):
     model, store = tiny
     with knnlm.Retriever(indexes[2]) as r:

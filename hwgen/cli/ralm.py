@@ -133,19 +133,21 @@ def _sizes(text, store_tokens):
     return sorted(set(sizes))
 
 
-#: The transport goal of issue 33: round trip minus the nodes' search, one query at K 16.
-TRANSPORT_GOAL_MS = 1.0
+def transport_goal_ms(k):
+    """The transport goal of issue 33 for one query: round trip minus the nodes' search at
+    most 1 ms up to K 16, 3 ms above (the issue's K 100)."""
+    return 1.0 if k <= 16 else 3.0
 
 
 def _echo_probe(probe):
+    goal = transport_goal_ms(probe["k"])
     click.echo(f"transport probe (one query per search, the LM idle, K {probe['k']}; medians; "
-               f"goal: round trip minus the nodes' search <= {TRANSPORT_GOAL_MS:g} ms):")
+               f"goal: round trip minus the nodes' search <= {goal:g} ms):")
     for what, p in (("every node", probe), ("node 0 alone", probe.get("one_node", {}))):
         if not p.get("searches"):
             click.echo(f"  {what}: no complete search")
             continue
-        verdict = "meets" if p["transport_overhead_ms"] <= TRANSPORT_GOAL_MS else \
-            "does NOT meet"
+        verdict = "meets" if p["transport_overhead_ms"] <= goal else "does NOT meet"
         click.echo(f"  {what:<12} ({p['searches']} searches): round trip "
                    f"{p['round_trip_ms']:.3f} ms, search {p['node_ms']:.3f} ms, transport "
                    f"{p['transport_overhead_ms']:.3f} ms (p90 "
@@ -275,6 +277,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
         _log(f"transport probe: {probes} one-query searches, the LM idle ...")
         states = model.forward(prompt, logits=False)[1]
         probe = chamlm.transport_probe(r, states, probes)
+        probe["goal_ms"] = transport_goal_ms(probe["k"])
         rtl = {"queries": 0, "reason": "--rtl-sample 0"}
         if rtl_sample:
             _log(f"RTL sample: {rtl_sample} queries on each node's Verilog (native engine) ...")
