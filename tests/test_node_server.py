@@ -549,6 +549,7 @@ def test_binary_search_answers_as_json_does_with_the_search_time(server):
     assert reply["distances"].tolist() == as_json["distances"]
     assert reply["ids"].tolist() == as_json["ids"]
     assert isinstance(reply["search_us"], int) and reply["search_us"] > 0
+    assert isinstance(reply["handled_us"], int) and reply["handled_us"] >= reply["search_us"]
 
 
 def test_short_results_are_padded_in_arrays_and_not_in_lists():

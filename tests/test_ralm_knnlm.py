@@ -477,6 +477,7 @@ def test_transport_probe_times_one_query_per_search(tiny, indexes):
     assert p["k"] == 4 and p["searches"] == 7
     assert 0 < p["node_ms"] < p["round_trip_ms"]
     assert 0 < p["transport_overhead_ms"] <= p["transport_overhead_p90_ms"]
+    assert p["node_handling_ms"] > 0 and p["network_and_wakeups_ms"] > 0
     one = p["one_node"]                                # node 0 alone, its own coordinator
     assert one["k"] == 4 and one["searches"] == 7 and 0 < one["node_ms"] < one["round_trip_ms"]
 

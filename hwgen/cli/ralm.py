@@ -148,9 +148,11 @@ def _echo_probe(probe):
             click.echo(f"  {what}: no complete search")
             continue
         verdict = "meets" if p["transport_overhead_ms"] <= goal else "does NOT meet"
+        split = (f" = node handling {p['node_handling_ms']:.3f} + network and wake-ups "
+                 f"{p['network_and_wakeups_ms']:.3f}" if "node_handling_ms" in p else "")
         click.echo(f"  {what:<12} ({p['searches']} searches): round trip "
                    f"{p['round_trip_ms']:.3f} ms, search {p['node_ms']:.3f} ms, transport "
-                   f"{p['transport_overhead_ms']:.3f} ms (p90 "
+                   f"{p['transport_overhead_ms']:.3f} ms{split} (p90 "
                    f"{p['transport_overhead_p90_ms']:.3f}): {verdict} the goal")
 
 

@@ -263,7 +263,10 @@ def transport_probe(retriever, states, repeats=64):
     alone (``one_node``: one node process besides this one, so on a 2-core machine no process
     waits for a core). Returns medians in ms: ``round_trip_ms``, ``node_ms`` (the slowest
     node's own search, reported in its reply) and ``transport_overhead_ms`` (per search, round
-    trip minus it), its 90th percentile, the ``k`` and the number of searches."""
+    trip minus it), its 90th percentile, the ``k`` and the number of searches; and the
+    transport split in two by the nodes' ``handled_us``: ``node_handling_ms`` (the node's
+    reading, decoding and validation around its search) and ``network_and_wakeups_ms`` (the
+    rest: the coordinator's encoding and merging, the sockets, and both ends' wake-ups)."""
     from ..vecsearch.host.coordinator import Coordinator
     out = _probe(retriever.coordinator, retriever, states, repeats)
     one = Coordinator(retriever.addresses[:1], timeout=retriever.coordinator.timeout)
@@ -277,7 +280,7 @@ def transport_probe(retriever, states, repeats=64):
 def _probe(coordinator, retriever, states, repeats):
     ints, probes = retriever.encode(states)
     k = retriever.config.k
-    rt, node, over = [], [], []
+    rt, node, over, handling, network = [], [], [], [], []
     for i in range(repeats):
         q = i % len(ints)
         t0 = time.perf_counter()
@@ -288,12 +291,19 @@ def _probe(coordinator, retriever, states, repeats):
         rt.append(t1 - t0)
         node.append(res.node_seconds)
         over.append(t1 - t0 - res.node_seconds)
+        if res.node_handled_seconds is not None:
+            handling.append(res.node_handled_seconds - res.node_seconds)
+            network.append(t1 - t0 - res.node_handled_seconds)
     if not rt:
         return {"k": k, "searches": 0}
-    return {"k": k, "searches": len(rt), "round_trip_ms": float(np.median(rt)) * 1e3,
-            "node_ms": float(np.median(node)) * 1e3,
-            "transport_overhead_ms": float(np.median(over)) * 1e3,
-            "transport_overhead_p90_ms": float(np.percentile(over, 90)) * 1e3}
+    out = {"k": k, "searches": len(rt), "round_trip_ms": float(np.median(rt)) * 1e3,
+           "node_ms": float(np.median(node)) * 1e3,
+           "transport_overhead_ms": float(np.median(over)) * 1e3,
+           "transport_overhead_p90_ms": float(np.percentile(over, 90)) * 1e3}
+    if handling:
+        out.update(node_handling_ms=float(np.median(handling)) * 1e3,
+                   network_and_wakeups_ms=float(np.median(network)) * 1e3)
+    return out
 
 
 def perplexity(model, retriever, store, held, eval_tokens, intervals=(1, 8, 64),

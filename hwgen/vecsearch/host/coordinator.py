@@ -108,6 +108,10 @@ class SearchResult:
     #: the slowest answering node's own search time (``search_us`` of binary replies), None
     #: when no node reported one: ``seconds - node_seconds`` is what transport costs
     node_seconds: float = None
+    #: the slowest answering node's time from a request's first bytes to its reply
+    #: (``handled_us``): ``seconds - node_handled_seconds`` is the network and the two ends'
+    #: wake-ups, ``node_handled_seconds - node_seconds`` the node's own request handling
+    node_handled_seconds: float = None
 
 
 def _merged(replies):
@@ -122,7 +126,8 @@ def _merged(replies):
         return replies[0]
     return {"distances": [d for r in replies for d in r["distances"]],
             "ids": [i for r in replies for i in r["ids"]],
-            "search_us": sum(r.get("search_us", 0) for r in replies)}
+            "search_us": sum(r.get("search_us", 0) for r in replies),
+            "handled_us": sum(r.get("handled_us", 0) for r in replies)}
 
 
 class Coordinator:
@@ -221,9 +226,11 @@ class Coordinator:
             ids.append(i)
         payloads = [[self.payloads.get(int(x)) for x in row] for row in ids]
         node_us = [a["search_us"] for a in answers if "search_us" in a]
+        handled_us = [a["handled_us"] for a in answers if "handled_us" in a]
         return SearchResult(dists, ids, payloads, partial=bool(missing), missing=missing,
                             seconds=time.monotonic() - start,
-                            node_seconds=max(node_us) / 1e6 if node_us else None)
+                            node_seconds=max(node_us) / 1e6 if node_us else None,
+                            node_handled_seconds=max(handled_us) / 1e6 if handled_us else None)
 
     def close(self):
         """Close the connection to every node (waiting up to ``timeout`` seconds for a search in

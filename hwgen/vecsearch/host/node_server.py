@@ -26,8 +26,10 @@ request/reply pairs, one reply per request in order, until the client closes it.
     the node's ``k`` and ``q <= max_queries``.
 the same search with ``queries`` and ``probes`` as integer arrays (a binary message; the
     :class:`~hwgen.vecsearch.host.coordinator.Coordinator`'s form)
-    -> a binary reply: ``distances`` and ``ids`` as int64 (q, k) arrays and ``search_us``, the
-    microseconds the node spent searching (so a client can tell transport from search).
+    -> a binary reply: ``distances`` and ``ids`` as int64 (q, k) arrays, ``search_us``, the
+    microseconds the node spent searching (so a client can tell transport from search), and
+    ``handled_us``, the microseconds from the request's first bytes to the reply's encoding
+    (search, reading, decoding and validation: the node's own share of the transport).
 
 Concurrency: one asyncio event loop serves every connection (listen backlog 512; an idle or
 half-sent connection costs a socket and a coroutine, never a thread, and holds up no one).
@@ -447,6 +449,7 @@ class _Connection:
             return False
         if not first:
             return False                       # clean close between messages
+        arrived = time.perf_counter()
         deadline = asyncio.get_running_loop().time() + srv.timeout
         try:
             header = first
@@ -469,6 +472,8 @@ class _Connection:
                 request = decode_message(body)
                 del body
                 reply = await srv.reply(request)
+                if "search_us" in reply:
+                    reply["handled_us"] = round((time.perf_counter() - arrived) * 1e6)
             except ProtocolError as e:
                 return await self.fail(e)
             except Exception as e:         # never let anything escape: answer and count it
