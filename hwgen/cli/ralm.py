@@ -287,12 +287,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
     curve = chamlm.size_curve(model, store, index_dir.parent, held, s, size_list,
                               nlist=common["nlist"], ks=kk, lams=lams,
                               timeout=timeout or 10.0, log=_log)
-    curve.append({"store_tokens": int(len(store.values)), "nlist": s.nlist,
-                  "temperature": ppl["temperature"], "tokens": ppl["tokens"], "lm": ppl["lm"],
-                  "runs": [{"k": r_["k"], "lambda": r_["lambda"], "ppl": r_["ppl"]}
-                           for r_ in ppl["runs"] if r_["interval"] == 1]})
-    if curve[-1]["runs"]:
-        curve[-1]["best"] = min(curve[-1]["runs"], key=lambda r_: r_["ppl"])
+    curve.append(chamlm.curve_entry(len(store.values), s.nlist, ppl))
     split = [chamlm.split_entry(t) for t in timing.values()]
     out = {"settings": dataclasses.asdict(s), "datastore_entries": int(len(store.values)),
            "store_tokens": int(len(store.values)),

@@ -29,7 +29,8 @@ from . import keys, knnlm
 
 __all__ = ["Settings", "prepare", "perplexity", "time_split", "split_entry", "generate",
            "default_corpus", "default_nlist", "size_curve", "subset", "transport_probe",
-           "store_sizes", "throughput", "rtl_sample", "PAPER", "WIKI_TOKENS"]
+           "store_sizes", "throughput", "rtl_sample", "curve_entry", "PAPER",
+           "WIKI_TOKENS"]
 
 #: Chameleon's observations on retrieval frequency (section 6.3, Table 2, Figures 10 and 11).
 PAPER = {
@@ -214,12 +215,20 @@ def size_curve(model, store, root, held, settings, sizes, *, nlist=None, ks=None
         say(f"size curve: {n:,} entries (nlist {lists}) ...")
         with knnlm.Retriever(index_dir, backend=s.backend, timeout=timeout) as r:
             ppl = perplexity(model, r, sub, held, s.eval_tokens, (1,), ks, lams)
-        runs = [{"k": run["k"], "lambda": run["lambda"], "ppl": run["ppl"]}
-                for run in ppl["runs"]]
-        out.append({"store_tokens": n, "nlist": lists, "temperature": ppl["temperature"],
-                    "tokens": ppl["tokens"], "lm": ppl["lm"], "runs": runs,
-                    "best": min(runs, key=lambda r_: r_["ppl"])})
+        out.append(curve_entry(n, lists, ppl))
     return out
+
+
+def curve_entry(entries, nlist, ppl):
+    """One size of the curve from a :func:`perplexity` result: its interval-1 runs (K, λ,
+    perplexity) and, if there are any, the ``best``."""
+    runs = [{"k": r["k"], "lambda": r["lambda"], "ppl": r["ppl"]} for r in ppl["runs"]
+            if r["interval"] == 1]
+    entry = {"store_tokens": int(entries), "nlist": nlist, "temperature": ppl["temperature"],
+             "tokens": ppl["tokens"], "lm": ppl["lm"], "runs": runs}
+    if runs:
+        entry["best"] = min(runs, key=lambda r: r["ppl"])
+    return entry
 
 
 def rtl_sample(retriever, states, count=4, log=None):
@@ -494,11 +503,7 @@ def throughput(model, retriever, store, prompts, tokens=32, interval=1, lam=0.25
             searches += 1
             t["hw_s"] += max(sum(layout_query_cycles(sv.config, sv._packed.layout, pr, k)["total"]
                                  for pr in probes) for sv in services) / (clock * 1e6)
-            dist = np.full((B, k), np.inf)
-            nbr = np.full((B, k), -1, dtype=np.int64)
-            for q, (d, i) in enumerate(zip(res.distances, res.ids)):
-                dist[q, :len(d)] = np.asarray(d, dtype=np.float64) / retriever.inv_scale ** 2
-                nbr[q, :len(i)] = i
+            dist, nbr = retriever.arrays(res, B)
         t4 = time.perf_counter()
         moved = knnlm.follow(nbr, step % interval, store.passage)
         p_knn = knnlm.knn_distribution(dist, moved, store.values, V, retriever.temperature)

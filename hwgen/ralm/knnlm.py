@@ -230,14 +230,19 @@ class Retriever:
         """The ``k`` nearest datastore entries of float ``states`` ``(q, dim)``: ``(distances, ids,
         result)`` as described in the class docstring (missing entries: distance ``inf``, id -1)."""
         ints, probes = self.encode(states)
+        result = self.coordinator.search(ints, probes, self.config.k)
+        return (*self.arrays(result, len(ints)), result)
+
+    def arrays(self, result, queries):
+        """``(distances, ids)`` ``(queries, k)`` of a coordinator result, as :meth:`search`
+        returns them: distances in key units (squared), ``inf`` / ``-1`` where missing."""
         k = self.config.k
-        result = self.coordinator.search(ints, probes, k)
-        dist = np.full((len(ints), k), np.inf)
-        ids = np.full((len(ints), k), -1, dtype=np.int64)
+        dist = np.full((queries, k), np.inf)
+        ids = np.full((queries, k), -1, dtype=np.int64)
         for q, (d, i) in enumerate(zip(result.distances, result.ids)):
             dist[q, :len(d)] = np.asarray(d, dtype=np.float64) / self.inv_scale ** 2
             ids[q, :len(i)] = i
-        return dist, ids, result
+        return dist, ids
 
     def kill_node(self, n):
         """Stop node ``n``'s process (tests of a node lost mid-generation)."""
