@@ -131,7 +131,7 @@ def _interleave(passages):
     corpus's passages are returned as they are."""
     by_corpus = {}
     for p in passages:
-        by_corpus.setdefault(p.source.split("/", 1)[0], []).append(p)
+        by_corpus.setdefault(keys.corpus_of(p.source), []).append(p)
     if len(by_corpus) < 2:
         return passages
     turns = itertools.zip_longest(*by_corpus.values())
@@ -231,6 +231,15 @@ def curve_entry(entries, nlist, ppl):
     return entry
 
 
+def _model_cycles(service, probes):
+    """The generated node's cycles per query (:func:`~hwgen.vecsearch.model.layout_query_cycles`,
+    the cycle model checked against the node's simulation) for each row of ``probes`` on the
+    node ``service``'s own shard, at its K."""
+    from ..vecsearch.model import layout_query_cycles
+    return [layout_query_cycles(service.config, service._packed.layout, p,
+                                service.config.k)["total"] for p in probes]
+
+
 def rtl_sample(retriever, states, count=4, log=None):
     """The nodes' generated Verilog on the native engine (Verilator) for the first ``count``
     of ``states``, on every node's own shard: mismatches against the golden model and each
@@ -242,7 +251,6 @@ def rtl_sample(retriever, states, count=4, log=None):
 
     from ..errors import ToolError
     from ..vecsearch.baseline import simulate_sample
-    from ..vecsearch.model import layout_query_cycles
     ints, probes = retriever.encode(states[:count])
     per_node, mismatches, timeout = [], 0, False
     for sv in retriever.local_services:
@@ -253,9 +261,7 @@ def rtl_sample(retriever, states, count=4, log=None):
             return {"queries": 0, "reason": str(e)}
         mismatches += res["mismatches"]
         timeout = timeout or bool(res["timeout"])
-        model = [layout_query_cycles(sv.config, sv._packed.layout, p, sv.config.k)["total"]
-                 for p in probes]
-        per_node.append((cycles, model))
+        per_node.append((cycles, _model_cycles(sv, probes)))
     cycles = [max(c[q] for c, _ in per_node) for q in range(len(per_node[0][0]))]
     model = [max(m[q] for _, m in per_node) for q in range(len(ints))]
     error = (float(abs(np.mean(model) - np.mean(cycles)) / np.mean(cycles)) if cycles
@@ -383,7 +389,6 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     (:func:`hwgen.flow.timing_table.measured_clock`) and the mean hardware time at it
     (``hw_s``: None when the node has not been measured). Returns per-token lists and means."""
     from ..boards import load_board
-    from ..vecsearch.model import layout_query_cycles
     services = retriever.local_services
     service = services[0]
     cpu = retriever.cpu_index
@@ -403,8 +408,7 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
             t3 = time.perf_counter()
             cpu.search(ints.astype(np.float32), retriever.config.k)
             t4 = time.perf_counter()
-            cycles = max(layout_query_cycles(sv.config, sv._packed.layout, probes[0],
-                                             sv.config.k)["total"] for sv in services)
+            cycles = max(_model_cycles(sv, probes[:1])[0] for sv in services)
             row.update(encode_s=t1 - t0, round_trip_s=t2 - t1, node_search_s=t3 - t2,
                        cpu_faiss_s=t4 - t3, hw_cycles=cycles, hw_s=cycles / (clock * 1e6),
                        partial=bool(res.partial))
@@ -473,7 +477,6 @@ def throughput(model, retriever, store, prompts, tokens=32, interval=1, lam=0.25
     (LM, encoding and mixing as measured; the node's round trip replaced by the measured
     per-search transport overhead plus ``hw_s``)."""
     from ..boards import load_board
-    from ..vecsearch.model import layout_query_cycles
     prompts = np.asarray(prompts, dtype=np.int64)
     B, k, V = len(prompts), retriever.config.k, model.config.vocab
     services, cpu = retriever.local_services, retriever.cpu_index
@@ -501,8 +504,7 @@ def throughput(model, retriever, store, prompts, tokens=32, interval=1, lam=0.25
             t["cpu_faiss_s"] += t3 - t2
             t["node_reported_s"] += res.node_seconds or 0.0
             searches += 1
-            t["hw_s"] += max(sum(layout_query_cycles(sv.config, sv._packed.layout, pr, k)["total"]
-                                 for pr in probes) for sv in services) / (clock * 1e6)
+            t["hw_s"] += max(sum(_model_cycles(sv, probes)) for sv in services) / (clock * 1e6)
             dist, nbr = retriever.arrays(res, B)
         t4 = time.perf_counter()
         moved = knnlm.follow(nbr, step % interval, store.passage)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["build_ralm_keys", "document_of", "split_documents", "DEFAULT_CORPUS",
+__all__ = ["build_ralm_keys", "corpus_of", "document_of", "split_documents", "DEFAULT_CORPUS",
            "HELDOUT_EVERY", "PART_TOKENS", "FORMAT"]
 
 DEFAULT_CORPUS = "all+pysource"
@@ -56,7 +56,8 @@ def split_documents(passages, every=HELDOUT_EVERY):
     return base, held
 
 
-def _corpus_of(source):
+def corpus_of(source):
+    """The corpus a passage comes from: its source up to the first ``/``."""
     return source.split("/", 1)[0]
 
 
@@ -128,7 +129,7 @@ def _base_keys(model, passages, tokens, parts_dir, log):
         take = min(len(v), tokens - done)
         keys.append(k[:take])
         values.append(v[:take])
-        corpus = _corpus_of(p.source)
+        corpus = corpus_of(p.source)
         counts[corpus] = counts.get(corpus, 0) + take
         done += take
         pending += take
