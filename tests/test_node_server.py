@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from hwgen.errors import ConfigError
 from hwgen.vecsearch.host.node_server import (ERROR_KINDS, PAD_DISTANCE, PAD_ID, NodeService,
                                               LOOPS, make_server)
-from hwgen.vecsearch.host.protocol import (BINARY_MAGIC, decode_message, encode_message,
-                                           recv_message, send_message)
+from hwgen.vecsearch.host.protocol import (BINARY_MAGIC, RESULT_MAGIC, SEARCH_MAGIC,
+                                           ProtocolError, decode_message, encode_message, encode_result,
+                                           encode_search, recv_message, send_message)
 from hwgen.vecsearch.host.shard import load_shard, make_shards, save_shard, shard_metadata
 from hwgen.vecsearch.node import ChamVSNodeConfig
 from hwgen.vecsearch.node_model import Shard
@@ -430,6 +431,13 @@ def _binary(**change):
     return encode_message(req)[4:]
 
 
+def _packed(queries=None, probes=None, k=CFG.k):
+    """The body of a packed search request."""
+    queries = np.ones((1, CFG.dim), np.int8) if queries is None else queries
+    probes = np.array([[0, 1]], np.int32) if probes is None else probes
+    return encode_search(queries, probes, k)[4:]
+
+
 def _safetensors(header, data=b""):
     """A binary body with a hand-written safetensors header."""
     text = json.dumps(header).encode()
@@ -495,6 +503,29 @@ MALFORMED = {       # name: (body, kind); every one leaves the connection usable
     "binary_too_many_queries": (_binary(queries=np.zeros((1025, CFG.dim), np.int8),
                                         probes=np.zeros((1025, 1), np.int32)),
                                 "too_many_queries"),
+    "packed_magic_only": (SEARCH_MAGIC, "binary"),
+    "packed_short_header": (SEARCH_MAGIC + bytes(5), "binary"),
+    "packed_float_type": (_packed()[:20] + b"f1i4" + _packed()[24:], "binary"),
+    "packed_odd_type": (_packed()[:20] + b"i3i4" + _packed()[24:], "binary"),
+    "packed_bytes_short": (_packed()[:-1], "binary"),
+    "packed_bytes_long": (_packed() + b"x", "binary"),
+    "packed_huge_count": (SEARCH_MAGIC + struct.pack("<IIII4s", 2 ** 32 - 1, 2 ** 32 - 1, 1,
+                                                     CFG.k, b"i8i8"), "binary"),
+    "packed_wrong_dim": (_packed(queries=np.ones((1, 3), np.int8)), "bad_request"),
+    "packed_out_of_range": (_packed(queries=np.full((1, CFG.dim), 200, np.int16)),
+                            "bad_request"),
+    "packed_uint64": (_packed(queries=np.full((1, CFG.dim), 2 ** 64 - 1, np.uint64)),
+                      "bad_request"),
+    "packed_no_probes": (_packed(probes=np.zeros((1, 0), np.int8)), "bad_request"),
+    "packed_bad_list_id": (_packed(probes=np.array([[0, CFG.nlist]], np.int64)),
+                           "bad_request"),
+    "packed_wrong_k": (_packed(k=3), "bad_request"),
+    "packed_too_many_queries": (_packed(queries=np.zeros((1025, CFG.dim), np.int8),
+                                        probes=np.zeros((1025, 1), np.uint8)),
+                                "too_many_queries"),
+    "result_short": (RESULT_MAGIC + bytes(3), "binary"),
+    "result_as_request": (encode_result(np.zeros((1, CFG.k), np.int64),
+                                        np.zeros((1, CFG.k), np.int64), 1)[4:], "unknown_op"),
 }
 
 
@@ -552,6 +583,48 @@ def test_binary_search_answers_as_json_does_with_the_search_time(server):
     assert isinstance(reply["handled_us"], int) and reply["handled_us"] >= reply["search_us"]
 
 
+def test_packed_search_answers_as_json_does_with_the_node_times(server):
+    """The coordinator's form: a packed request gets a packed reply (int64 arrays, the node's
+    search and handling times) with the JSON answer's results, whatever integer types and
+    byte order the arrays came in."""
+    rng = np.random.default_rng(6)
+    queries, probes = _queries(rng, 5)
+    as_json = _ask(server, {"op": "search", "queries": queries, "probes": probes, "k": CFG.k})
+    for qt, pt in ((np.int8, np.uint8), (">i2", ">i8"), (np.int64, np.uint16)):
+        with _connect(server) as s:
+            s.sendall(encode_search(np.array(queries, qt), np.array(probes, pt), CFG.k))
+            (n,) = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))
+            body = s.recv(n, socket.MSG_WAITALL)
+        assert body[:4] == RESULT_MAGIC
+        reply = decode_message(body)
+        assert reply["distances"].dtype == reply["ids"].dtype == np.int64
+        assert reply["distances"].tolist() == as_json["distances"], (qt, pt)
+        assert reply["ids"].tolist() == as_json["ids"]
+        assert 0 < reply["search_us"] <= reply["handled_us"]
+
+
+def test_packed_records_round_trip_and_reject_what_does_not_fit():
+    """encode_search / encode_result and decode_message are inverses for every integer type;
+    a record whose length disagrees with its counts by one byte is refused."""
+    rng = np.random.default_rng(7)
+    for qt in ("i1", "<i2", ">i4", "u8"):
+        q = rng.integers(-100 if qt[-2] == "i" else 0, 100, size=(3, 7)).astype(qt)
+        p = rng.integers(0, 9, size=(3, 2)).astype(">u2")
+        got = decode_message(encode_search(q, p, 11)[4:])
+        assert (got["op"], got["k"]) == ("search", 11)
+        assert got["queries"].tolist() == q.tolist() and got["probes"].tolist() == p.tolist()
+        assert got["queries"].dtype.kind == q.dtype.kind
+    d, i = rng.integers(0, 2 ** 40, size=(2, 2, 4))
+    body = encode_result(d, i, 12, 34)[4:]
+    got = decode_message(body)
+    assert got["distances"].tolist() == d.tolist() and got["ids"].tolist() == i.tolist()
+    assert (got["search_us"], got["handled_us"]) == (12, 34)
+    for bad in (body[:-1], body + b"\0"):
+        with pytest.raises(ProtocolError) as e:
+            decode_message(bad)
+        assert e.value.kind == "binary" and not e.value.fatal
+
+
 def test_short_results_are_padded_in_arrays_and_not_in_lists():
     """Probed lists holding fewer than k vectors: the array form pads the row with id
     PAD_ID at PAD_DISTANCE, the list form (JSON) keeps the row short."""
@@ -587,6 +660,9 @@ _chunk = st.one_of(
     st.binary(max_size=64),                                          # raw bytes
     st.binary(max_size=64).map(_framed),                             # framed garbage
     st.binary(max_size=64).map(lambda b: _framed(BINARY_MAGIC + b)),  # binary garbage
+    st.binary(max_size=64).map(lambda b: _framed(SEARCH_MAGIC + b)),  # packed garbage
+    st.binary(max_size=20).map(lambda b: _framed(_packed()[:4] + b +
+                                                 _packed()[4 + len(b):])),  # damaged header
     _request.map(lambda r: _framed(json.dumps(r).encode())),         # framed objects
     _json.map(lambda r: _framed(json.dumps(r).encode())),            # framed JSON values
 )

@@ -14,7 +14,7 @@ Every node runs the same node configuration (lists a node does not hold are empt
 query goes to all nodes with the same probed list ids. Results are merged by (distance, id).
 
 Wire protocol (:mod:`hwgen.vecsearch.host.protocol`): length-prefixed messages on TCP, queries and
-results as binary arrays (safetensors; ``binary=False`` sends the nested JSON lists instead), over
+results as packed records (``binary=False`` sends the nested JSON lists instead), over
 one persistent connection per node, reused across searches, all of them served by the calling
 thread (:mod:`hwgen.vecsearch.host.links`: every node is written to before any is read; large
 requests are multiplexed with a selector). A batch larger than ``max_batch`` goes as several
@@ -34,7 +34,7 @@ import numpy as np
 from ...errors import ConfigError
 from ...lib import topk
 from .links import NodeLink, exchange_all
-from .protocol import ProtocolError, encode_message
+from .protocol import ProtocolError, encode_message, encode_search
 
 __all__ = ["SCHEMES", "shard_lists", "Coordinator", "SearchResult", "merge_topk",
            "same_results"]
@@ -71,7 +71,7 @@ _INT_RANGES = tuple((t, int(np.iinfo(t).min), int(np.iinfo(t).max))
 
 def _smallest_int(values):
     """The narrowest signed integer dtype holding every value of ``values``."""
-    if values.size == 0:
+    if values.size == 0 or values.dtype == np.int8:
         return np.int8
     lo, hi = int(values.min()), int(values.max())
     return next((t for t, tlo, thi in _INT_RANGES if tlo <= lo and hi <= thi), values.dtype)
@@ -144,8 +144,8 @@ class Coordinator:
         Most queries sent in one request (a node refuses more than its ``--max-queries``,
         1024 by default): larger batches go as several requests on the same connection.
     binary : bool
-        Send queries and probes as integer arrays and receive the results as arrays (binary
-        messages, the default), or as nested JSON lists.
+        Send queries and probes as integer arrays and receive the results as arrays (packed
+        records, the default), or as nested JSON lists.
 
     One connection per node is kept open between searches; :meth:`close` (or leaving a
     ``with`` block) closes them.
@@ -187,18 +187,23 @@ class Coordinator:
                     link.lock.release()
 
     def _requests(self, queries, probes, k):
-        """The encoded search requests of a batch, at most ``max_batch`` queries each."""
+        """The encoded search requests of a batch, at most ``max_batch`` queries each: packed
+        records for integer arrays (:func:`~hwgen.vecsearch.host.protocol.encode_search`),
+        safetensors for arrays of other types (the node answers why it refuses them), JSON
+        lists without ``binary`` or for an empty batch."""
         queries, probes = np.asarray(queries), np.asarray(probes)
-        if self.binary and len(queries):
-            if queries.dtype.kind in "iu":
-                queries = queries.astype(_smallest_int(queries))
-            if probes.dtype.kind in "iu":
-                probes = probes.astype(_smallest_int(probes))
-        else:                                     # an empty batch needs no arrays
+        slices = range(0, max(len(queries), 1), self.max_batch)
+        if self.binary and len(queries) and queries.ndim == probes.ndim == 2 and \
+                len(probes) == len(queries) and queries.dtype.kind in "iu" and \
+                probes.dtype.kind in "iu":
+            queries = queries.astype(_smallest_int(queries), copy=False)
+            return [encode_search(queries[s:s + self.max_batch], probes[s:s + self.max_batch],
+                                  int(k)) for s in slices]
+        if not (self.binary and len(queries)):
             queries, probes = queries.tolist(), probes.tolist()
         return [encode_message({"op": "search", "queries": queries[s:s + self.max_batch],
                                 "probes": probes[s:s + self.max_batch], "k": int(k)})
-                for s in range(0, max(len(queries), 1), self.max_batch)]
+                for s in slices]
 
     def search(self, queries, probes, k):
         """Search a batch: ``queries`` (q, D) integers, ``probes`` (q, nprobe) list ids."""
@@ -224,7 +229,8 @@ class Coordinator:
             d, i = merge_topk([(a["distances"][q], a["ids"][q]) for a in answers], k)
             dists.append(d)
             ids.append(i)
-        payloads = [[self.payloads.get(int(x)) for x in row] for row in ids]
+        payloads = [[self.payloads.get(int(x)) for x in row] for row in ids] \
+            if self.payloads else [[None] * len(row) for row in ids]
         node_us = [a["search_us"] for a in answers if "search_us" in a]
         handled_us = [a["handled_us"] for a in answers if "handled_us" in a]
         return SearchResult(dists, ids, payloads, partial=bool(missing), missing=missing,

@@ -13,8 +13,8 @@ out of range, bad option) print one line ``node_server: error: ...`` and exit wi
 
 Protocol
 --------
-Length-prefixed messages (:mod:`hwgen.vecsearch.host.protocol`), each a JSON object or a binary
-one (safetensors arrays plus JSON metadata). A connection is persistent: it carries any number of
+Length-prefixed messages (:mod:`hwgen.vecsearch.host.protocol`), each a JSON object, a binary
+one (safetensors arrays plus JSON metadata) or a packed search record. A connection is persistent: it carries any number of
 request/reply pairs, one reply per request in order, until the client closes it. Requests:
 
 ``{"op": "ping"}`` -> ``{"ok": true}``
@@ -24,12 +24,15 @@ request/reply pairs, one reply per request in order, until the client closes it.
     -> ``{"distances": [[int] * k] * q, "ids": [[int] * k] * q}``; query components must be
     signed ``elem_bits`` integers, ``1 <= p <= nprobe_max``, list ids in ``0..nlist-1``, ``k``
     the node's ``k`` and ``q <= max_queries``.
-the same search with ``queries`` and ``probes`` as integer arrays (a binary message; the
-    :class:`~hwgen.vecsearch.host.coordinator.Coordinator`'s form)
+the same search with ``queries`` and ``probes`` as integer arrays (a binary message)
     -> a binary reply: ``distances`` and ``ids`` as int64 (q, k) arrays, ``search_us``, the
     microseconds the node spent searching (so a client can tell transport from search), and
     ``handled_us``, the microseconds from the request's first bytes to the reply's encoding
     (search, reading, decoding and validation: the node's own share of the transport).
+the same search as a packed record (:func:`~hwgen.vecsearch.host.protocol.encode_search`: the
+    :class:`~hwgen.vecsearch.host.coordinator.Coordinator`'s form)
+    -> a packed result (:func:`~hwgen.vecsearch.host.protocol.encode_result`) with the same
+    arrays and times.
 
 Concurrency: one asyncio event loop serves every connection (listen backlog 512; an idle or
 half-sent connection costs a socket and a coroutine, never a thread, and holds up no one).
@@ -55,8 +58,9 @@ connection still allows it, counted in ``errors`` and in ``errors_by_kind``:
     the body is not a UTF-8 JSON object (invalid UTF-8 or JSON, nesting too deep, integer
     literal too long, not an object); the connection goes on;
 ``binary``
-    the body starts as a binary message but is not a valid one (safetensors header or array
-    bytes inconsistent, metadata not JSON); the connection goes on;
+    the body starts as a binary or packed message but is not a valid one (safetensors header
+    or array bytes inconsistent, metadata not JSON; a packed record whose length or types
+    disagree with its header); the connection goes on;
 ``bad_request``
     a JSON object that is not a valid request (missing or mistyped field, wrong shapes,
     integers out of range, wrong ``k``); the connection goes on;
@@ -112,8 +116,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ...errors import HwgenError
-from .protocol import (HEADER, MAX_MESSAGE, ProtocolError, decode_message, encode_message,
-                       error_reply, parse_header)
+from .protocol import (HEADER, MAX_MESSAGE, PackedResult, PackedSearch, ProtocolError,
+                       decode_message, encode_message, error_reply, parse_header)
 from .shard import load_shard, save_shard
 
 __all__ = ["save_shard", "load_shard", "NodeService", "NodeServer", "make_server", "serve",
@@ -171,6 +175,15 @@ def _int_matrix(value, name, width=None, max_rows=None):
     if width is not None and arr.shape[1] != width:
         raise ProtocolError(f"{name} rows must have {width} values, not {arr.shape[1]}")
     return arr.astype(np.int64)
+
+
+def _within(dtype, lo, hi):
+    """Whether every value of integer ``dtype`` (None: unknown) lies in ``lo..hi`` (a request
+    sent as int8 needs no range check against 8-bit components)."""
+    if dtype is None or dtype.kind not in "iu":
+        return False
+    info = np.iinfo(dtype)
+    return lo <= info.min and info.max <= hi
 
 
 def _padded(rows, k, fill):
@@ -249,6 +262,7 @@ class NodeService:
             raise ProtocolError(f"this node returns k={c.k} results, not {shown}")
         if not all(isinstance(v, (list, np.ndarray)) for v in (queries, probes)):
             raise ProtocolError("queries and probes must be lists or integer arrays")
+        sent = queries.dtype if isinstance(queries, np.ndarray) else None
         queries = _int_matrix(queries, "queries", c.dim, max_rows=self.max_queries)
         probes = _int_matrix(probes, "probes", max_rows=self.max_queries)
         if len(probes) != len(queries) or (len(probes) and not 1 <= probes.shape[1] <=
@@ -256,7 +270,8 @@ class NodeService:
             raise ProtocolError(f"queries must be (q, {c.dim}) and probes (q, 1.."
                                 f"{c.nprobe_max})")
         lo, hi = -(1 << (c.elem_bits - 1)), (1 << (c.elem_bits - 1)) - 1
-        if queries.size and (queries.min() < lo or queries.max() > hi):
+        if queries.size and not _within(sent, lo, hi) and (queries.min() < lo or
+                                                             queries.max() > hi):
             raise ProtocolError(f"query components must be signed {c.elem_bits}-bit integers "
                                 f"({lo}..{hi})")
         if probes.size and (probes.min() < 0 or probes.max() >= c.nlist):
@@ -636,10 +651,17 @@ class NodeServer:
                 parts.append(svc.search_arrays(queries[s:s + SEARCH_SLICE],
                                                probes[s:s + SEARCH_SLICE]))
             k = svc.config.k
-            dists = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.int64)
-            ids = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
+            if len(parts) == 1:
+                dists, ids = parts[0]
+            else:
+                dists = np.concatenate([p[0] for p in parts]) if parts else \
+                    np.zeros((0, k), np.int64)
+                ids = np.concatenate([p[1] for p in parts]) if parts else \
+                    np.zeros((0, k), np.int64)
         search_us = round((time.perf_counter() - start) * 1e6)
         svc.count("queries", len(dists))
+        if isinstance(request, PackedSearch):
+            return PackedResult(distances=dists, ids=ids, search_us=search_us)
         if isinstance(request["queries"], np.ndarray):
             return {"distances": dists, "ids": ids, "search_us": search_us}
         dists, ids = _unpadded(dists, ids)
