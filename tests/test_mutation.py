@@ -38,13 +38,14 @@ def test_counts_and_kill_rate(tmp_path):
            "c__mutmut_1": 33, "c__mutmut_2": 36, "d__mutmut_1": None})
     _meta(tmp_path, "hwgen/ralm/knnlm.py", {"f__mutmut_1": 1})
     _meta(tmp_path, "hwgen/ralm/chamlm.py", {"g__mutmut_1": 0})
+    _meta(tmp_path, "hwgen/ralm/costs.py", {"h__mutmut_1": 3, "h__mutmut_2": 0})
     report = summarize(read_results(tmp_path))
     v = report["packages"]["golden: vecsearch"]
     assert (v["total"], v["killed"], v["survived"], v["no tests"], v["timeout"],
             v["not checked"]) == (7, 3, 1, 1, 1, 1)
     assert v["kill_rate"] == 0.5
     ralm = report["packages"]["host: ralm"]
-    assert (ralm["total"], ralm["killed"], ralm["kill_rate"], ralm["missing"]) == (2, 1, 0.5, [])
+    assert (ralm["total"], ralm["killed"], ralm["kill_rate"], ralm["missing"]) == (4, 2, 0.5, [])
     assert report["packages"]["golden: ibert"]["missing"] == ["hwgen/ibert/golden.py"]
     lines = table(report)
     assert any(line.startswith("golden: vecsearch") and "50.0 %" in line for line in lines)

@@ -14,7 +14,7 @@ from conftest import requires_verilator  # noqa: E402
 from hwgen.errors import ConfigError  # noqa: E402
 from hwgen.vecsearch.node import ChamVSNodeConfig  # noqa: E402
 from hwgen.vecsearch.host.coordinator import same_results  # noqa: E402
-from hwgen.ralm import chamlm, keys, knnlm, lm  # noqa: E402
+from hwgen.ralm import chamlm, costs, keys, knnlm, lm  # noqa: E402
 from test_ralm_lm import tiny_weights  # noqa: E402
 
 
@@ -343,7 +343,7 @@ def test_time_split_retrieves_every_interval(tiny, indexes):
     model, store = tiny
     prompt = model.tokenizer.encode("The coordinator")
     with knnlm.Retriever(indexes[2]) as r:
-        t = chamlm.time_split(model, r, prompt, tokens=6, interval=3, clock_mhz=300.0)
+        t = costs.time_split(model, r, prompt, tokens=6, interval=3, clock_mhz=300.0)
     assert [row["retrieval"] for row in t["per_token"]] == [True, False, False] * 2
     for row in t["per_token"]:
         assert row["lm_s"] > 0
@@ -355,7 +355,7 @@ def test_time_split_retrieves_every_interval(tiny, indexes):
             assert row["transport_s"] == row["round_trip_s"] - row["node_reported_s"]
             assert row["cpu_faiss_s"] > 0
     assert t["mean"]["hw_cycles"] > 0
-    e = chamlm.split_entry(t)
+    e = costs.split_entry(t)
     assert e["interval"] == 3 and e["transport_overhead_ms"] == t["median"]["transport_s"] * 1e3
     assert e["cpu_faiss_ms"] == t["mean"]["cpu_faiss_s"] * 1e3 and e["node_projected_us"] > 0
     assert e["end_to_end_speedup"] == e["token_ms_cpu"] / e["token_ms_node"]
@@ -473,7 +473,7 @@ def test_transport_goal_follows_k():
 def test_transport_probe_times_one_query_per_search(tiny, indexes):
     model, store = tiny
     with knnlm.Retriever(indexes[2]) as r:
-        p = chamlm.transport_probe(r, store.keys[:5], repeats=7)
+        p = costs.transport_probe(r, store.keys[:5], repeats=7)
     assert p["k"] == 4 and p["searches"] == 7
     assert 0 < p["node_ms"] < p["round_trip_ms"]
     assert 0 < p["transport_overhead_ms"] <= p["transport_overhead_p90_ms"]
@@ -488,7 +488,7 @@ def test_batched_throughput_generates_every_sequence(tiny, indexes):
     model, store = tiny
     prompts = [model.tokenizer.encode(t)[:12] for t in TEXTS[:3]]
     with knnlm.Retriever(indexes[2]) as r:
-        t = chamlm.throughput(model, r, store, prompts, tokens=5, interval=2, clock_mhz=300.0)
+        t = costs.throughput(model, r, store, prompts, tokens=5, interval=2, clock_mhz=300.0)
     assert t["batch"] == 3 and t["searches"] == 3 and t["clock"] == "given"
     assert t["tokens_per_s"] == pytest.approx(15 / t["wall_s"])
     parts = sum(t[k] for k in ("lm_s", "encode_s", "round_trip_s", "mix_s", "cpu_faiss_s"))
@@ -510,7 +510,7 @@ def test_rtl_sample_runs_each_nodes_verilog_bit_exact(tmp_path):
     knnlm.make_index(store, tmp_path, nodes=2, nlist=16, m=16, nprobe=4, k=10)
     with knnlm.Retriever(tmp_path) as r:
         assert r.config == ChamVSNodeConfig()
-        s = chamlm.rtl_sample(r, x[5:8] + 0.5, count=2)
+        s = costs.rtl_sample(r, x[5:8] + 0.5, count=2)
     assert s["queries"] == 2 and s["nodes"] == 2
     assert s["mismatches"] == 0 and not s["timeout"]
     assert len(s["cycles"]) == 2 and s["model_error_mean"] <= 0.05

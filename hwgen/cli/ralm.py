@@ -244,7 +244,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
                sizes, probes, batches, rtl_sample, **common):
     """Perplexity on held-out text without and with retrieval (per interval, K, lambda) and
     the per-token time of the LM step and of the retrieval."""
-    from ..ralm import chamlm
+    from ..ralm import chamlm, costs
     if json_path:
         checks.output_file("json", json_path)
     checks.at_least("eval_tokens", eval_tokens, 1)
@@ -271,30 +271,30 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
     with _retriever(s, index_dir, timeout) as r:
         ppl = chamlm.perplexity(model, r, store, held, eval_tokens, iv, kk, lams, log=_log)
         prompt = model.tokenizer.encode(held[0].text)[:32]
-        timing = {i: chamlm.time_split(model, r, prompt, time_tokens, i, clock_mhz)
+        timing = {i: costs.time_split(model, r, prompt, time_tokens, i, clock_mhz)
                   for i in iv}
         _log(f"throughput: batches {', '.join(map(str, bb))} ...")
-        rate = [chamlm.throughput(model, r, store, _prompts(model, held, b), time_tokens, i,
+        rate = [costs.throughput(model, r, store, _prompts(model, held, b), time_tokens, i,
                                   clock_mhz=clock_mhz) for i in iv for b in bb]
         _log(f"transport probe: {probes} one-query searches, the LM idle ...")
         states = model.forward(prompt, logits=False)[1]
-        probe = chamlm.transport_probe(r, states, probes)
+        probe = costs.transport_probe(r, states, probes)
         probe["goal_ms"] = transport_goal_ms(probe["k"])
         rtl = {"queries": 0, "reason": "--rtl-sample 0"}
         if rtl_sample:
             _log(f"RTL sample: {rtl_sample} queries on each node's Verilog (native engine) ...")
-            rtl = chamlm.rtl_sample(r, states, rtl_sample, log=_log)
+            rtl = costs.rtl_sample(r, states, rtl_sample, log=_log)
     curve = chamlm.size_curve(model, store, index_dir.parent, held, s, size_list,
                               nlist=common["nlist"], ks=kk, lams=lams,
                               timeout=timeout or 10.0, log=_log)
     curve.append(chamlm.curve_entry(len(store.values), s.nlist, ppl))
-    split = [chamlm.split_entry(t) for t in timing.values()]
+    split = [costs.split_entry(t) for t in timing.values()]
     out = {"settings": dataclasses.asdict(s), "datastore_entries": int(len(store.values)),
            "store_tokens": int(len(store.values)),
            "perplexity": ppl, "size_curve": curve, "transport": probe, "throughput": rate,
            "rtl_sample": rtl,
            "time": {str(i): t for i, t in timing.items()},
-           "time_split": split, "paper": chamlm.PAPER}
+           "time_split": split, "paper": costs.PAPER}
     held_text = ("documents not in the datastore" if s.heldout == "documents" else
                  "passages of the datastore's documents (in-document split)")
     click.echo(f"held-out {s.corpus} ({held_text}): {ppl['tokens']} tokens; datastore "
@@ -343,7 +343,7 @@ def ralm_bench(json_path, eval_tokens, intervals, lambdas, ks, time_tokens, cloc
     _echo_probe(probe)
     _echo_curve(curve)
     click.echo("paper (Chameleon section 6.3):")
-    for k, v in chamlm.PAPER.items():
+    for k, v in costs.PAPER.items():
         click.echo(f"  {k}: {v}")
     if json_path:
         with open(json_path, "w") as f:

@@ -28,7 +28,8 @@ PACKAGES = {
     "golden: espn": ["hwgen/espn/golden.py"],
     "golden: recsys": ["hwgen/recsys/golden.py"],
     "golden: cluster": ["hwgen/cluster/golden/collectives.py"],
-    "host: ralm": ["hwgen/ralm/knnlm.py", "hwgen/ralm/chamlm.py"],
+    "host: ralm": ["hwgen/ralm/knnlm.py", "hwgen/ralm/chamlm.py",
+                   "hwgen/ralm/costs.py"],
 }
 
 #: Kill-rate floors the bench enforces (issue 37: 80 % on the golden models).
