@@ -353,10 +353,16 @@ def test_time_split_retrieves_every_interval(tiny, indexes):
             # the nodes report their own search time, part of the round trip
             assert 0 < row["node_reported_s"] < row["round_trip_s"]
             assert row["transport_s"] == row["round_trip_s"] - row["node_reported_s"]
+            # ... and their handling around it, which splits the transport in two
+            assert 0 <= row["node_handling_s"] < row["transport_s"]
+            assert row["network_s"] > 0
+            assert abs(row["node_handling_s"] + row["network_s"] - row["transport_s"]) < 1e-9
             assert row["cpu_faiss_s"] > 0
     assert t["mean"]["hw_cycles"] > 0
     e = costs.split_entry(t)
     assert e["interval"] == 3 and e["transport_overhead_ms"] == t["median"]["transport_s"] * 1e3
+    assert e["node_handling_ms"] == t["median"]["node_handling_s"] * 1e3
+    assert e["network_and_wakeups_ms"] == t["median"]["network_s"] * 1e3
     assert e["cpu_faiss_ms"] == t["mean"]["cpu_faiss_s"] * 1e3 and e["node_projected_us"] > 0
     assert e["end_to_end_speedup"] == e["token_ms_cpu"] / e["token_ms_node"]
     m = t["measured"]              # the node's measured clock, or None before make timing

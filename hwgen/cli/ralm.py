@@ -114,6 +114,12 @@ def _echo_split(split):
                    f"{'-' if hw is None else f'{hw / 1e3:.4f}':>9} "
                    f"{e.get('retrieval_speedup', 0):10.2f}x {e.get('token_ms_cpu', 0):9.2f} "
                    f"{e.get('token_ms_node', 0):10.2f} {e.get('end_to_end_speedup', 0):11.2f}x")
+    parts = [e for e in split if e.get("node_handling_ms") is not None]
+    if parts:
+        click.echo("  transport = node handling + network and wake-ups (medians, by the nodes' "
+                   "handled_us): " + ", ".join(
+                       f"interval {e['interval']}: {e['node_handling_ms']:.3f} + "
+                       f"{e['network_and_wakeups_ms']:.3f}" for e in parts))
     click.echo("  node (hw): the projected node at the measured clock (declared where none is "
                "measured), plus the measured transport per retrieval; the paper: 1.94-4.11x "
                "faster retrieval steps, up to 2.16x end to end (with a GPU LM and 100M-1B "

@@ -35,7 +35,10 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
     ``encode_s`` (quantise the state and probe the coarse centroids), ``round_trip_s`` (the
     coordinator's search over TCP, the nodes' work included), ``node_reported_s`` (the
     slowest node's own search time, reported in its reply) and ``transport_s`` (the round
-    trip minus it: what the transport costs), ``node_search_s`` (node 0's golden search of
+    trip minus it: what the transport costs), split by the slowest node's ``handled_us`` into
+    ``node_handling_s`` (its reading, decoding and validation around the search) and
+    ``network_s`` (the rest: sockets, encoding, merging, both ends' wake-ups),
+    ``node_search_s`` (node 0's golden search of
     the same query, run in this process), ``cpu_faiss_s`` (CPU faiss ``IndexIVFPQ`` over the
     same index with the same nprobe and k, :attr:`Retriever.cpu_index`; every core) and
     ``hw_cycles`` / ``hw_s``: the
@@ -72,6 +75,9 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
             if res.node_seconds is not None:
                 row.update(node_reported_s=res.node_seconds,
                            transport_s=row["round_trip_s"] - res.node_seconds)
+            if res.node_handled_seconds is not None and res.node_seconds is not None:
+                row.update(node_handling_s=res.node_handled_seconds - res.node_seconds,
+                           network_s=row["round_trip_s"] - res.node_handled_seconds)
         nxt = int(np.argmax(logits[-1]))
         t5 = time.perf_counter()
         logits, hidden = model.forward([nxt], cache)
@@ -82,7 +88,8 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
                       "node_search_s", "cpu_faiss_s", "hw_cycles", "hw_s")
             if any(k in r for r in rows)}
     median = {k: float(np.median([r[k] for r in rows if k in r]))
-              for k in ("round_trip_s", "node_reported_s", "transport_s")
+              for k in ("round_trip_s", "node_reported_s", "transport_s", "node_handling_s",
+                        "network_s")
               if any(k in r for r in rows)}
     kernel = load_board(service.config.board).kernel_clock_mhz
     measured = measured_clock({"chamvs-node"}, kernel)
@@ -95,8 +102,8 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
 def split_entry(t):
     """One interval's entry of ``hwgen ralm bench``'s ``time_split``, in ms (``us`` for the
     projected node) from a :func:`time_split` result: the LM step, the query encoding, the
-    round trip, the transport overhead (median round trip minus the node's own search time),
-    the node's search (golden, in this process), CPU faiss on the same index, the projected
+    round trip, the transport overhead (median round trip minus the node's own search time)
+    and its two parts (``node_handling_ms``, ``network_and_wakeups_ms``), the node's search (golden, in this process), CPU faiss on the same index, the projected
     node hardware (at the measured clock when there is one, else the declared), and per token
     the time with retrieval on CPU faiss and on the projected node, with their ratios."""
     m, med, i = t["mean"], t["median"], t["interval"]
@@ -104,6 +111,9 @@ def split_entry(t):
     e = {"interval": i, "lm_ms": m["lm_s"] * 1e3, "encode_ms": m.get("encode_s", 0) * 1e3,
          "round_trip_ms": med.get("round_trip_s", 0) * 1e3,
          "transport_overhead_ms": med["transport_s"] * 1e3 if "transport_s" in med else None,
+         "node_handling_ms": med["node_handling_s"] * 1e3 if "node_handling_s" in med
+         else None,
+         "network_and_wakeups_ms": med["network_s"] * 1e3 if "network_s" in med else None,
          "node_search_ms": m.get("node_search_s", 0) * 1e3,
          "cpu_faiss_ms": m.get("cpu_faiss_s", 0) * 1e3,
          "node_projected_us": hw_s * 1e6 if hw_s else None,
