@@ -1,7 +1,7 @@
-"""Length-prefixed messages over a stream socket: JSON objects, or binary arrays.
+"""Length-prefixed messages over a stream socket: JSON objects, binary arrays, packed searches.
 
 A message is a 4-byte big-endian length ``n`` (at most :data:`MAX_MESSAGE`) followed by ``n``
-bytes of body, which holds an object (a mapping of field names to values) in one of two forms:
+bytes of body, which holds an object (a mapping of field names to values) in one of three forms:
 
 * **JSON**: UTF-8 JSON text of the object (control messages, errors, and clients that send
   nested integer lists);
@@ -25,11 +25,12 @@ bytes of body, which holds an object (a mapping of field names to values) in one
   ``u1`` ... ``u8``; queries, then probes), then the queries ``(q, dim)`` and the probes
   ``(q, nprobe)``, little-endian. A result is ``RESULT_MAGIC``,
   then ``<IIQQ``: ``q``, ``k``, ``search_us``, ``handled_us``, then the distances and the ids,
-  each ``(q, k)`` int64. Both decode to the same objects as the other forms.
+  each ``(q, k)`` int64. Both decode to the same objects as the other forms (a request as a
+  :class:`PackedSearch`, so that the node answers it packed).
 
-
-:func:`encode_message` picks the binary form when the object holds an array, and
-:func:`decode_message` reads either. Anything else raises :class:`ProtocolError`, whose
+:func:`encode_search` writes a packed request; :func:`encode_message` writes a
+:class:`PackedResult` packed, an object holding an array in the binary form, anything else as
+JSON; :func:`decode_message` reads all three. Anything else raises :class:`ProtocolError`, whose
 ``kind`` says what was wrong and whose ``fatal`` says whether the stream can still be read:
 
 ``too_large`` (fatal)
@@ -57,6 +58,7 @@ wire: ``{"error": "<text>", "kind": "<kind>"}``.
 import json
 import socket
 import struct
+import sys
 import time
 
 import numpy as np
@@ -199,8 +201,12 @@ def encode_search(queries, probes, k):
 
 
 def _little(a):
-    """``a`` as a contiguous little-endian array (itself when it is one already)."""
-    return np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False)
+    """``a`` as a little-endian array (itself when it is one already, as almost always: the
+    cheap test first, since every step of a search's path counts)."""
+    order = a.dtype.byteorder
+    if order == "|" or order == "<" or (order == "=" and sys.byteorder == "little"):
+        return a
+    return a.astype(a.dtype.newbyteorder("<"))
 
 
 def encode_result(distances, ids, search_us, handled_us=0):
