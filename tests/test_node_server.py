@@ -21,7 +21,7 @@ from hwgen.errors import ConfigError
 from hwgen.vecsearch.host.node_server import (ERROR_KINDS, PAD_DISTANCE, PAD_ID, NodeService,
                                               LOOPS, make_server)
 from hwgen.vecsearch.host.protocol import (BINARY_MAGIC, RESULT_MAGIC, SEARCH_MAGIC,
-                                           ProtocolError, decode_message, encode_message, encode_result,
+                                           PackedResult, ProtocolError, decode_message, encode_message, encode_result,
                                            encode_search, recv_message, send_message)
 from hwgen.vecsearch.host.shard import load_shard, make_shards, save_shard, shard_metadata
 from hwgen.vecsearch.node import ChamVSNodeConfig
@@ -619,6 +619,11 @@ def test_packed_records_round_trip_and_reject_what_does_not_fit():
     got = decode_message(body)
     assert got["distances"].tolist() == d.tolist() and got["ids"].tolist() == i.tolist()
     assert (got["search_us"], got["handled_us"]) == (12, 34)
+    with pytest.raises(ProtocolError) as e:       # the size limit holds for every form
+        encode_message(PackedResult(distances=d, ids=i, search_us=1), max_size=len(body) - 1)
+    assert e.value.kind == "too_large"
+    assert encode_message(PackedResult(distances=d, ids=i, search_us=12, handled_us=34),
+                          max_size=len(body))[4:] == body
     for bad in (body[:-1], body + b"\0"):
         with pytest.raises(ProtocolError) as e:
             decode_message(bad)

@@ -72,12 +72,7 @@ def time_split(model, retriever, prompt, tokens=32, interval=1, clock_mhz=None):
             row.update(encode_s=t1 - t0, round_trip_s=t2 - t1, node_search_s=t3 - t2,
                        cpu_faiss_s=t4 - t3, hw_cycles=cycles, hw_s=cycles / (clock * 1e6),
                        partial=bool(res.partial))
-            if res.node_seconds is not None:
-                row.update(node_reported_s=res.node_seconds,
-                           transport_s=row["round_trip_s"] - res.node_seconds)
-            if res.node_handled_seconds is not None and res.node_seconds is not None:
-                row.update(node_handling_s=res.node_handled_seconds - res.node_seconds,
-                           network_s=row["round_trip_s"] - res.node_handled_seconds)
+            row.update(res.transport_split(row["round_trip_s"]))
         nxt = int(np.argmax(logits[-1]))
         t5 = time.perf_counter()
         logits, hidden = model.forward([nxt], cache)
@@ -224,14 +219,15 @@ def _probe(coordinator, retriever, states, repeats):
         t0 = time.perf_counter()
         res = coordinator.search(ints[q:q + 1], probes[q:q + 1], k)
         t1 = time.perf_counter()
-        if res.node_seconds is None or res.partial:
+        parts = res.transport_split(t1 - t0)
+        if not parts or res.partial:
             continue
         rt.append(t1 - t0)
-        node.append(res.node_seconds)
-        over.append(t1 - t0 - res.node_seconds)
-        if res.node_handled_seconds is not None:
-            handling.append(res.node_handled_seconds - res.node_seconds)
-            network.append(t1 - t0 - res.node_handled_seconds)
+        node.append(parts["node_reported_s"])
+        over.append(parts["transport_s"])
+        if "node_handling_s" in parts:
+            handling.append(parts["node_handling_s"])
+            network.append(parts["network_s"])
     if not rt:
         return {"k": k, "searches": 0}
     out = {"k": k, "searches": len(rt), "round_trip_ms": float(np.median(rt)) * 1e3,

@@ -113,6 +113,21 @@ class SearchResult:
     #: wake-ups, ``node_handled_seconds - node_seconds`` the node's own request handling
     node_handled_seconds: float = None
 
+    def transport_split(self, round_trip):
+        """``round_trip`` (the caller's own timing of this search, in seconds) split by what
+        the nodes reported: ``node_reported_s`` (the slowest node's search), ``transport_s``
+        (the rest) and, where the nodes also reported ``handled_us``, ``node_handling_s`` (their
+        reading, decoding and validation) and ``network_s`` (sockets, encoding, merging, both
+        ends' wake-ups). Empty when no node reported its search time."""
+        if self.node_seconds is None:
+            return {}
+        out = {"node_reported_s": self.node_seconds,
+               "transport_s": round_trip - self.node_seconds}
+        if self.node_handled_seconds is not None:
+            out.update(node_handling_s=self.node_handled_seconds - self.node_seconds,
+                       network_s=round_trip - self.node_handled_seconds)
+        return out
+
 
 def _merged(replies):
     """One node's replies to the requests of a batch as one reply (its first error reply if

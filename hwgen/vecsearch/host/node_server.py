@@ -653,11 +653,11 @@ class NodeServer:
             k = svc.config.k
             if len(parts) == 1:
                 dists, ids = parts[0]
+            elif parts:
+                dists = np.concatenate([p[0] for p in parts])
+                ids = np.concatenate([p[1] for p in parts])
             else:
-                dists = np.concatenate([p[0] for p in parts]) if parts else \
-                    np.zeros((0, k), np.int64)
-                ids = np.concatenate([p[1] for p in parts]) if parts else \
-                    np.zeros((0, k), np.int64)
+                dists, ids = np.zeros((0, k), np.int64), np.zeros((0, k), np.int64)
         search_us = round((time.perf_counter() - start) * 1e6)
         svc.count("queries", len(dists))
         if isinstance(request, PackedSearch):

@@ -131,12 +131,17 @@ def encode_message(obj, max_size=MAX_MESSAGE):
     """The bytes of one message (length prefix included): packed for a
     :class:`PackedResult`, binary when ``obj`` holds a numpy array, JSON otherwise."""
     if isinstance(obj, PackedResult):
-        return encode_result(obj["distances"], obj["ids"], obj["search_us"],
-                             obj.get("handled_us", 0))
-    if any(isinstance(v, np.ndarray) for v in obj.values()):
+        data = _result_body(obj["distances"], obj["ids"], obj["search_us"],
+                            obj.get("handled_us", 0))
+    elif any(isinstance(v, np.ndarray) for v in obj.values()):
         data = _encode_binary(obj)
     else:
         data = json.dumps(obj, separators=(",", ":")).encode()
+    return _framed(data, max_size)
+
+
+def _framed(data, max_size=MAX_MESSAGE):
+    """``data`` behind its length prefix; a ``too_large`` ProtocolError beyond ``max_size``."""
     if len(data) > max_size:
         raise ProtocolError(f"message of {len(data)} bytes exceeds {max_size}", "too_large")
     return struct.pack(">I", len(data)) + data
@@ -195,9 +200,9 @@ def encode_search(queries, probes, k):
     ``queries`` (q, dim) and ``probes`` (q, nprobe)."""
     queries, probes = _little(queries), _little(probes)
     types = (queries.dtype.str[1:] + probes.dtype.str[1:]).encode()
-    body = b"".join((SEARCH_MAGIC, _SEARCH.pack(*queries.shape, probes.shape[1], k, types),
-                     queries.tobytes(), probes.tobytes()))
-    return struct.pack(">I", len(body)) + body
+    return _framed(b"".join((SEARCH_MAGIC, _SEARCH.pack(*queries.shape, probes.shape[1], k,
+                                                        types),
+                             queries.tobytes(), probes.tobytes())))
 
 
 def _little(a):
@@ -212,10 +217,14 @@ def _little(a):
 def encode_result(distances, ids, search_us, handled_us=0):
     """The bytes of a packed search result (length prefix included): int64 (q, k)
     ``distances`` and ``ids`` and the node's times in microseconds."""
+    return _framed(_result_body(distances, ids, search_us, handled_us))
+
+
+def _result_body(distances, ids, search_us, handled_us):
     q, k = distances.shape
-    body = b"".join((RESULT_MAGIC, _RESULT.pack(q, k, search_us, handled_us),
-                     distances.astype("<i8").tobytes(), ids.astype("<i8").tobytes()))
-    return struct.pack(">I", len(body)) + body
+    return b"".join((RESULT_MAGIC, _RESULT.pack(q, k, search_us, handled_us),
+                     distances.astype("<i8", copy=False).tobytes(),
+                     ids.astype("<i8", copy=False).tobytes()))
 
 
 def _decode_search(body):
