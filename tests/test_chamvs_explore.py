@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from conftest import requires_faiss, requires_verilator
 from hwgen.cli import main
 from hwgen.errors import ConfigError
+from hwgen.flow.tools import yosys_path
 from hwgen.vecsearch.explore import (IndexPoint, _front, _node_cycles, designs, parse_goal,
                                      picks)
 from hwgen.vecsearch.model import layout_query_cycles
@@ -122,6 +123,17 @@ def test_explore_end_to_end_on_digits(digits_files, tmp_path):
     assert v["mismatches"] == 0 and not v["timeout"] and v["ok"]
     assert v["model_error_mean"] <= 0.05 and len(v["cycles"]) == 4
     assert v["recall"] >= 0.8
+    # yosys maps the design (CI installs it): the estimate the search used is within its
+    # stated error, or the run would have exited 1
+    check = v["resources_yosys"]
+    if yosys_path() is not None:
+        assert check["checked"] and check["ok"]
+        assert check["dsp"]["yosys"] == chosen["resources"]["dsp"] > 0
+        assert check["bram18"]["estimate"] == chosen["resources"]["bram18"]
+        assert "yosys synth_xilinx" in r.output and "within the estimate's stated error" \
+            in r.output
+    else:
+        assert not check["checked"] and "yosys" in check["why"]
     cfg = ChamVSNodeConfig(**json.loads((tmp_path / "e.config.json").read_text()))
     assert cfg.to_dict() == chosen["config"]
     # the index grid measured without and with OPQ; an OPQ pick comes with its rotation

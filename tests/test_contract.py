@@ -56,7 +56,7 @@ def test_the_estimate_against_yosys(name):
     multiplier and memory of these designs survives optimisation); the estimate counts every
     register, yosys removes the constant and duplicate ones (at most 5 % here); LUTs within
     the estimate's stated accuracy, a factor of 3 either way."""
-    from hwgen.flow.resources import measured
+    from hwgen.flow.resources import against_yosys, measured
     from hwgen.flow.tools import yosys_path
     if yosys_path() is None:
         pytest.skip("yosys not installed (make setup installs it)")
@@ -67,6 +67,27 @@ def test_the_estimate_against_yosys(name):
     assert (est.dsp, est.bram18, est.uram) == (real.dsp, real.bram18, real.uram)
     assert real.ff <= est.ff <= 1.05 * real.ff
     assert real.lut / 3 <= est.lut <= 3 * real.lut
+    assert against_yosys(est, real)["ok"]        # and so within the stated error
+
+
+def test_the_stated_error_bounds_each_resource():
+    """against_yosys: DSP and URAM exact; block RAM up to 25% over, never under; flip-flops
+    5% either way; LUTs a factor of 3; a resource yosys counts 0 agrees only with 0."""
+    from hwgen.contract import Resources
+    from hwgen.flow.resources import against_yosys
+    real = Resources(lut=1000, ff=1000, bram18=100, uram=0, dsp=10, source="yosys")
+
+    def check(**change):
+        return against_yosys(Resources(**{**real.to_dict(), **change}), real)
+    assert check()["ok"] and check()["lut"]["ratio"] == 1.0
+    assert check(bram18=125)["ok"] and not check(bram18=126)["ok"]
+    assert not check(bram18=99)["ok"] and not check(dsp=11)["ok"] and not check(dsp=9)["ok"]
+    assert check(ff=950)["ok"] and check(ff=1050)["ok"]
+    assert not check(ff=949)["ff"]["within"] and not check(ff=1051)["ok"]
+    assert check(lut=334)["ok"] and check(lut=3000)["ok"] and not check(lut=3001)["ok"]
+    bad = check(uram=1)
+    assert not bad["ok"] and bad["uram"] == {"estimate": 1, "yosys": 0, "ratio": None,
+                                             "within": False}
 
 
 def test_performance_is_the_cycle_model_at_the_workload():

@@ -223,6 +223,9 @@ class _PercentOption(click.ParamType):
               help="Simulate the N best designs on the native engine on the whole base.")
 @click.option("--validate-queries", type=int, default=8, show_default=True,
               help="Queries simulated per validated design.")
+@click.option("--synth/--no-synth", "validate_synth", default=True, show_default=True,
+              help="Map each validated design with yosys synth_xilinx (about 2 min for a "
+                   "four-channel node) and check the resource estimate against it.")
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Write the front, the chosen design and the validations as JSON.")
@@ -234,7 +237,7 @@ class _PercentOption(click.ParamType):
 @reports_errors
 def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queries, nlists, ms,
                 channels, opq, k, max_estimates, workers, scheduler, validate_count,
-                validate_queries, seed, json_path, plot_path, config_out):
+                validate_queries, validate_synth, seed, json_path, plot_path, config_out):
     """From a user's vectors and a recall goal to the fastest ChamVS node that fits: the index
     (nlist, m, nprobe) measured by faiss on the data, the node (channels, LUT-builder width,
     queue kind) by the cycle model, the measured clock ratio and netlist resource estimates."""
@@ -273,7 +276,8 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
         click.echo(line)
     if result["chosen"] and validate_count:
         result["validated"] = validate(result, base_v, queries_v, validate_count, gt=gt_v,
-                                       sim_queries=validate_queries, seed=seed, log=_log)
+                                       sim_queries=validate_queries, seed=seed,
+                                       synth=validate_synth, log=_log)
         for v in result["validated"]:
             c = v["config"]
             click.echo(f"  validated nlist {c['nlist']}, m {c['m']}, nprobe {v['nprobe']}, "
@@ -284,6 +288,7 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
                        + f"; {v['mismatches']} mismatches in "
                        f"{v['simulated_queries']} simulated queries; model "
                        f"{v['model_error_mean']:.1%} off the simulated cycles")
+            click.echo("    " + yosys_line(v["resources_yosys"]))
     if config_out is None and json_path and result["chosen"]:
         config_out = str(Path(json_path).with_suffix("")) + ".config.json"
     if config_out and result["chosen"]:
@@ -308,8 +313,23 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
         raise ConfigError("recall", result["limit"], value=str(goal))
     bad = [v for v in result.get("validated", []) if not v["ok"]]
     if bad:
-        raise SimulationMismatch(f"{len(bad)} validated design(s) mismatched the golden model "
-                                 "or were more than 5% off the cycle model")
+        raise SimulationMismatch(f"{len(bad)} validated design(s) mismatched the golden model, "
+                                 "were more than 5% off the cycle model or outside the "
+                                 "resource estimate's stated error")
+
+
+def yosys_line(check):
+    """One line: a validated design's resources, yosys against the estimate."""
+    if not check.get("checked"):
+        return f"resources not checked by yosys: {check['why']}"
+    parts = [f"{key} {check[key]['yosys']:,} (estimate {check[key]['estimate']:,}"
+             + (f", x{check[key]['ratio']:.2f}" if check[key]["ratio"] is not None else "")
+             + ")" for key in ("lut", "ff", "bram18", "uram", "dsp")]
+    verdict = ("within the estimate's stated error" if check["ok"] else
+               "OUTSIDE the estimate's stated error: " + ", ".join(
+                   k for k in ("lut", "ff", "bram18", "uram", "dsp") if not check[k]["within"]))
+    took = f"{check['seconds']:.0f} s" if check["seconds"] >= 0.5 else "cached"
+    return f"yosys synth_xilinx ({took}): " + ", ".join(parts) + f"; {verdict}"
 
 
 def explore_lines(result):

@@ -40,8 +40,10 @@ the original vectors up to the 8-bit rounding. The rotation costs the host ``D x
 multiply-adds per query (not in the node's QPS).
 
 Not searched: the L1 queue lengths (sized by the binomial rule, ``l1_len = 0``). Validation
-checks bit-exactness and cycles; it does not synthesise the picks with yosys (``hwgen build
---synth`` of the written config does).
+checks bit-exactness and cycles, and where yosys is installed maps each pick with ``synth_xilinx``
+(about 2 minutes for a four-channel node) and checks the resource estimate the search used
+against it, within the estimate's stated error
+(:data:`hwgen.flow.resources.STATED_ERROR`).
 """
 
 import gc
@@ -447,11 +449,14 @@ def picks(result, count):
     return out[:count]
 
 
-def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, log=None):
+def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, synth=True,
+             log=None):
     """The ``count`` best designs (:func:`picks`) on the whole ``base``: each design's index
     trained there, its recall on explore's queries (faiss, against ``gt`` or the exact
     neighbours), and ``sim_queries`` of them simulated on the native engine: mismatches against
-    the golden model and the cycle model's error against the simulated cycles."""
+    the golden model and the cycle model's error against the simulated cycles. With ``synth``
+    (and yosys installed) each design is also mapped by yosys and its resource estimate checked
+    (:func:`resources_against_yosys`)."""
     goal = parse_goal(result["goal"])
     rows = np.asarray(result["query_rows"], dtype=np.int64)
     queries = queries[rows]
@@ -484,12 +489,16 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, lo
                     "timeout": sim["timeout"], "cycles": cycles, "model_cycles": model,
                     "model_error_mean": mean_error,
                     "model_error_max": float(max(errors)) if errors else None,
-                    "sim_recall": sim.get("recall"),
-                    "ok": (sim["mismatches"] == 0 and not sim["timeout"] and bool(cycles)
-                           and mean_error <= 0.05),
-                    "seconds": time.monotonic() - t})
-        del data, sim, b, q   # a million-vector design holds gigabytes: free it before the next
+                    "sim_recall": sim.get("recall")})
+        simulated_ok = (sim["mismatches"] == 0 and not sim["timeout"] and bool(cycles)
+                        and mean_error <= 0.05)
+        del data, sim, b, q   # a million-vector design holds gigabytes: free them before yosys
         gc.collect()
+        check = (resources_against_yosys(cfg, result["board"], log) if synth
+                 else {"checked": False, "why": "not asked (--no-synth)"})
+        out[-1].update({"resources_yosys": check,
+                        "ok": simulated_ok and check.get("ok", True),
+                        "seconds": time.monotonic() - t})
         if log:
             v = out[-1]
             log(f"explore: validated nlist {cfg.nlist}, m {cfg.m}, nprobe {row['nprobe']}, "
@@ -497,6 +506,27 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, lo
                 f"{len(base):,} vectors: recall@{goal.at} {recall:.3f}, {n} queries simulated,"
                 f" {v['mismatches']} mismatches, model {v['model_error_mean']:.1%} off the "
                 f"simulated cycles, {v['seconds']:.0f} s")
+    return out
+
+
+def resources_against_yosys(cfg, board, log=None):
+    """The netlist estimate of node ``cfg`` against yosys ``synth_xilinx``
+    (:func:`hwgen.flow.resources.against_yosys`: per resource both counts, their ratio and
+    whether it is within the stated error; ``ok``), with ``checked`` and yosys' ``seconds``;
+    ``checked`` False with ``why`` where yosys is not installed."""
+    from ..flow.resources import against_yosys, estimate, measured
+    from ..flow.tools import yosys_path
+    if yosys_path() is None:
+        return {"checked": False, "why": "yosys not installed (make setup installs it)"}
+    acc = registry.get("chamvs-node")
+    t = time.monotonic()
+    real = measured(acc, cfg, board=load_board(board), log=log)
+    out = {"checked": True, **against_yosys(estimate(acc, cfg), real),
+           "seconds": round(time.monotonic() - t, 1)}
+    if log:
+        log("explore: yosys " + ", ".join(
+            f"{k} {v['yosys']:,} (estimate {v['estimate']:,})" for k, v in out.items()
+            if isinstance(v, dict)) + ("" if out["ok"] else ": OUTSIDE the stated error"))
     return out
 
 
