@@ -95,6 +95,51 @@ def test_unreachable_goal_says_what_limits_it(digits_files):
     assert result["chosen"] is None and result["estimated"] == 0
 
 
+def test_refine_keeps_the_exactly_nearest_candidates():
+    """The host's re-ranking: of each query's candidates (any order, -1 for none) the ``at``
+    nearest by exact squared distance, ties by candidate order; -1 where too few."""
+    from hwgen.vecsearch.explore import refine_ids
+    rng = np.random.default_rng(5)
+    base = rng.integers(-128, 128, size=(300, 12))
+    queries = rng.integers(-128, 128, size=(6, 12))
+    found = np.stack([rng.permutation(300)[:40] for _ in range(6)])
+    found[1, 3:] = -1                           # three candidates only
+    out = refine_ids(found, base, queries, 5)
+    for i, q in enumerate(queries):
+        cand = [c for c in found[i] if c >= 0]
+        dist = {c: int(((base[c] - q) ** 2).sum()) for c in cand}
+        want = sorted(cand, key=lambda c: (dist[c], cand.index(c)))[:5]
+        assert out[i, :len(want)].tolist() == want
+        assert (out[i, len(want):] == -1).all()
+    assert (out[1, 3:] == -1).all()
+
+
+@requires_faiss
+def test_refine_reaches_a_recall_the_codes_alone_do_not(digits_files):
+    """8-byte codes of 64-d digits find at most 0.82 of the true 10 (nprobe 16: every list);
+    re-ranking the node's 40 results on the host finds 0.99. Without --refine 4 the goal
+    0.95@10 is out of reach; with it the chosen design re-ranks 4 x 10 = 40 results (the node's
+    k), and re-ranking never loses recall against the same index's codes alone (the true
+    neighbours among the candidates are the candidates' exactly nearest)."""
+    d = digits_files
+    args = ["chamvs", "explore", "--base", str(d / "base.npy"), "--queries",
+            str(d / "queries.npy"), "--recall", "0.95@10", "--nlist", "16", "--m", "8",
+            "--channels", "1", "--opq", "no", "--max-estimates", "2", "--workers", "1"]
+    r = CliRunner().invoke(main, args + ["--refine", "1", "--json", str(d / "r1.json")])
+    assert r.exit_code == 2 and "out of reach" in r.output and "--refine" in r.output
+    r = CliRunner().invoke(main, args + ["--refine", "1", "--refine", "4",
+                                         "--json", str(d / "r4.json")])
+    assert r.exit_code == 0, r.output
+    result = json.loads((d / "r4.json").read_text())
+    chosen = result["chosen"]
+    assert chosen["refine"] == 4 and chosen["config"]["k"] == 40 and chosen["recall"] >= 0.95
+    by = {(p["nprobe"], p["refine"]): p["recall"] for p in result["index_points"]}
+    for nprobe in (1, 2, 4, 8, 16):
+        assert by[nprobe, 4] >= by[nprobe, 1] - 0.01     # float truth, 8-bit re-ranking
+    assert max(by[p, 1] for p in (1, 2, 4, 8, 16)) < 0.95 <= by[16, 4]
+    assert any("re-rank" in n or "refine" in n for n in result["notes"])
+
+
 @requires_verilator
 @requires_faiss
 def test_explore_end_to_end_on_digits(digits_files, tmp_path):
@@ -138,6 +183,10 @@ def test_explore_end_to_end_on_digits(digits_files, tmp_path):
     assert cfg.to_dict() == chosen["config"]
     # the index grid measured without and with OPQ; an OPQ pick comes with its rotation
     assert {p["opq"] for p in result["index_points"]} == {False, True}
+    # and with the host's re-ranking of 4 x 10 results (the default factors 1 and 4)
+    assert result["grid"]["refine"] == [1, 4]
+    assert {p["refine"] for p in result["index_points"]} == {1, 4}
+    assert v["refine"] == chosen["refine"] and chosen["config"]["k"] == 10 * chosen["refine"]
     assert v["opq"] == chosen["opq"]
     if chosen["opq"]:
         assert np.load(chosen["rotation"]).shape == (64, 64)

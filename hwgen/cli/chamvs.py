@@ -213,6 +213,10 @@ class _PercentOption(click.ParamType):
               help="Index settings measured without and/or with an OPQ rotation (applied to "
                    "the base and the queries on the host; the node has none).")
 @k_option(None, "Results per query (default: the goal's R).")
+@click.option("--refine", "refines", type=int, multiple=True,
+              help="Re-ranking factors searched (repeatable; default 1 and 4): the node "
+                   "returns refine x k results and the host keeps the k nearest by exact "
+                   "distance on the stored vectors (1: no re-ranking).")
 @click.option("--max-estimates", type=int, default=24, show_default=True,
               help="Most netlist resource estimates (10-20 s each, on Dask).")
 @click.option("--workers", type=int, default=None,
@@ -236,7 +240,7 @@ class _PercentOption(click.ParamType):
                    "chamvs-node --config (default: beside --json, NAME.config.json).")
 @reports_errors
 def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queries, nlists, ms,
-                channels, opq, k, max_estimates, workers, scheduler, validate_count,
+                channels, opq, k, refines, max_estimates, workers, scheduler, validate_count,
                 validate_queries, validate_synth, seed, json_path, plot_path, config_out):
     """From a user's vectors and a recall goal to the fastest ChamVS node that fits: the index
     (nlist, m, nprobe) measured by faiss on the data, the node (channels, LUT-builder width,
@@ -271,7 +275,7 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
                      channels=list(channels) or None, seed=seed, k=k,
                      max_estimates=max_estimates, scheduler=scheduler, workers=workers,
                      opq={"both": (False, True), "no": (False,), "yes": (True,)}[opq],
-                     log=_log)
+                     refines=list(refines) or None, log=_log)
     for line in explore_lines(result):
         click.echo(line)
     if result["chosen"] and validate_count:
@@ -281,7 +285,8 @@ def explore_cmd(base, queries, gt, goal, board, nodes, budget, sample, max_queri
         for v in result["validated"]:
             c = v["config"]
             click.echo(f"  validated nlist {c['nlist']}, m {c['m']}, nprobe {v['nprobe']}, "
-                       f"channels {c['channels'] or 'all'}, lut_sub_par {c['lut_sub_par']}, "
+                       + (f"re-ranking {c['k']} results, " if v["refine"] > 1 else "")
+                       + f"channels {c['channels'] or 'all'}, lut_sub_par {c['lut_sub_par']}, "
                        f"{c['queue']}: recall@{goal.at} {v['recall']:.3f} on "
                        f"{len(base_v):,} vectors"
                        + ("" if v["reaches_goal"] else " (below the goal at this size)")
@@ -346,12 +351,13 @@ def explore_lines(result):
              f"{result['designs']} designs "
              f"modelled, {result['estimated']} resource estimates; {result['seconds']:.0f} s"]
     lines += [f"  note: {n}" for n in result["notes"]]
-    lines.append("  front (recall, QPS, nlist, m, nprobe, OPQ, channels, lut_sub_par, queue, "
-                 "binding resource):")
+    lines.append("  front (recall, QPS, nlist, m, nprobe, OPQ, re-ranking, channels, "
+                 "lut_sub_par, queue, binding resource):")
     for r in result["front"]:
         mark = "  <- chosen" if r is result["chosen"] else ""
         lines.append(f"    {r['recall']:.3f} {r['qps']:>10,.0f}  {r['nlist']:>6} {r['m']:>3} "
                      f"{r['nprobe']:>4} {'OPQ' if r.get('opq') else '-':>3} "
+                     f"{'x' + str(r['refine']) if r.get('refine', 1) > 1 else '-':>4} "
                      f"{r['channels']:>3} {r['lut_sub_par']:>3} "
                      f"{r['queue']:<8} " + (f"{r['binding']} {r['percent'][r['binding']]:.1f}%"
                                             if r["binding"] else "not estimated") + mark)

@@ -65,7 +65,7 @@ from .node import ChamVSNodeConfig
 from .node_model import prepare, recall_at
 
 __all__ = ["Goal", "parse_goal", "explore", "validate", "plot_front", "opq_rotation", "rotate",
-           "LUT_WIDTHS", "QUEUES", "OPQ"]
+           "refine_ids", "LUT_WIDTHS", "QUEUES", "OPQ", "REFINES"]
 
 #: LUT builder sub-spaces per cycle searched (0: all, a row per cycle).
 LUT_WIDTHS = (0, 16, 4)
@@ -74,6 +74,9 @@ NPROBES = (1, 2, 4, 8, 16, 32, 64, 128)
 MS = (8, 16, 32, 64)
 #: Index settings measured without and with an OPQ rotation.
 OPQ = (False, True)
+#: Re-ranking factors searched: the node returns ``refine x R`` results and the host keeps the
+#: ``R`` nearest by exact distance on the stored vectors (1: no re-ranking).
+REFINES = (1, 4)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class IndexPoint:
     sizes: np.ndarray = field(repr=False)
     probes: np.ndarray = field(repr=False)
     opq: bool = False
+    refine: int = 1
 
 
 def query_rows(n, max_queries, seed):
@@ -194,10 +198,27 @@ def rotate(x, rotation, inv_scale=None):
     return quantize_vectors(np.asarray(x, dtype=np.float32) @ rotation.T, 8, inv_scale)
 
 
-def index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log=None, opq=(False,)):
+def refine_ids(found, base_i, queries_i, at):
+    """The host's re-ranking: of each query's candidate ids ``found`` (``(q, K)``, -1 for
+    none), the ``at`` nearest by exact squared L2 on the integer vectors ``base_i`` (ties by
+    candidate order). Returns ``(q, at)`` ids, -1 where fewer than ``at`` candidates."""
+    out = np.full((len(found), at), -1, dtype=np.int64)
+    for i, (cand, q) in enumerate(zip(found, queries_i)):
+        cand = cand[cand >= 0]
+        diff = np.asarray(base_i[cand], dtype=np.int64) - np.asarray(q, dtype=np.int64)
+        order = np.argsort(np.einsum("ij,ij->i", diff, diff), kind="stable")[:at]
+        out[i, :len(order)] = cand[order]
+    return out
+
+
+def index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log=None, opq=(False,),
+                 refines=(1,), k=None):
     """Every (nlist, m, nprobe) of the grid, without and (with ``True`` in ``opq``) with an
-    OPQ rotation, with its recall measured by faiss on the node's integer index; the index is
-    trained once per (nlist, m, OPQ), the rotation once per m."""
+    OPQ rotation, and for every re-ranking factor of ``refines``, with its recall measured by
+    faiss on the node's integer index (and :func:`refine_ids` on its ``refine x k`` results,
+    ``k`` the node's results without re-ranking, default the goal's R); the index is trained
+    once per (nlist, m, OPQ), the rotation once per m."""
+    k = k or goal.at
     points = []
     for rotated in opq:
         for m in ms:
@@ -217,10 +238,13 @@ def index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log=None, opq=(F
                 sizes = np.array([len(ids) for ids in idx.list_ids], dtype=np.int64)
                 for nprobe in [p for p in NPROBES if p <= nlist]:
                     idx.index.nprobe = nprobe
-                    _, found = idx.index.search(q.astype(np.float32), goal.at)
-                    recall = recall_at(found, gt, goal.at)
-                    points.append(IndexPoint(nlist, m, nprobe, recall, sizes,
-                                             idx.probe(q, nprobe), rotated))
+                    _, found = idx.index.search(q.astype(np.float32), k * max(refines))
+                    probes = idx.probe(q, nprobe)
+                    for r in refines:
+                        ids = (found[:, :goal.at] if r == 1 else
+                               refine_ids(found[:, :r * k], b, q, goal.at))
+                        points.append(IndexPoint(nlist, m, nprobe, recall_at(ids, gt, goal.at),
+                                                 sizes, probes, rotated, r))
                 if log:
                     best = max(p.recall for p in points
                                if (p.nlist, p.m, p.opq) == (nlist, m, rotated))
@@ -347,7 +371,8 @@ def _estimate_front(rows, goal, board, budget, max_estimates, scheduler, workers
 def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
             sample=100_000, max_queries=200, model_queries=64, nlists=None, ms=None,
             channels=None, lut_widths=LUT_WIDTHS, queues=QUEUES, seed=1234, k=None,
-            max_estimates=24, scheduler=None, workers=None, opq=OPQ, log=None):
+            max_estimates=24, scheduler=None, workers=None, opq=OPQ, refines=REFINES,
+            log=None):
     """Search the index and node spaces; returns the JSON-ready result (``chosen`` is None and
     ``limit`` says why when no design reaches the goal within the budget)."""
     t0 = time.monotonic()
@@ -370,20 +395,26 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
     nlists, ms = _grid(len(base_i), base_i.shape[1], word_bytes, nlists, ms)
     if not opq or any(v not in (False, True) for v in opq):
         raise ConfigError("opq", "must be a non-empty subset of (False, True)", value=opq)
-    points = index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log, tuple(opq))
+    refines = sorted(set(refines or REFINES))
+    if any(not isinstance(r, int) or not 1 <= r or r * k > 1024 for r in refines):
+        raise ConfigError("refine", f"factors must be whole numbers from 1 with refine x k "
+                          f"at most 1024 (k {k})", value=refines)
+    points = index_points(base_i, queries_i, gt, goal, nlists, ms, seed, log, tuple(opq),
+                          tuple(refines), k)
     clock = measured_clock({"chamvs-node"}, board.kernel_clock_mhz)
     clock_mhz = clock["clock_mhz"] or board.kernel_clock_mhz
     rows = []
     t = time.monotonic()
     for point in points:
-        for cfg in designs(point, board, base_i.shape[1], k, nodes, channels, lut_widths,
+        node_k = k * point.refine
+        for cfg in designs(point, board, base_i.shape[1], node_k, nodes, channels, lut_widths,
                            queues):
-            cycles = _node_cycles(cfg, point, nodes, k, model_queries)
+            cycles = _node_cycles(cfg, point, nodes, node_k, model_queries)
             rows.append({"recall": point.recall, "qps": clock_mhz * 1e6 / cycles,
                          "cycles": cycles, "nlist": point.nlist, "m": point.m,
-                         "nprobe": point.nprobe, "opq": point.opq, "channels": cfg.n_channels,
-                         "lut_sub_par": cfg.lut_sub_par, "queue": cfg.queue,
-                         "config": cfg.to_dict()})
+                         "nprobe": point.nprobe, "opq": point.opq, "refine": point.refine,
+                         "channels": cfg.n_channels, "lut_sub_par": cfg.lut_sub_par,
+                         "queue": cfg.queue, "config": cfg.to_dict()})
     if not rows:
         raise ConfigError("channels", "no node configuration of the grid is valid on "
                           f"{board.name}")
@@ -405,12 +436,13 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
         if best.recall < goal.recall:
             limit = (f"recall@{goal.at} >= {goal.recall:g} is out of reach: the best index "
                      f"of the grid (nlist {best.nlist}, m {best.m}, nprobe {best.nprobe}"
-                     f"{', OPQ' if best.opq else ''}; OPQ "
-                     f"{'searched' if True in opq else 'not searched'}) finds "
-                     f"{best.recall:.3f}; product-quantisation codes of at most "
-                     f"{max(ms)} bytes limit it (the node's m is at most its "
-                     f"{word_bytes}-byte memory word; a longer code, or re-ranking with "
-                     "full vectors on the host, would be needed)")
+                     f"{', OPQ' if best.opq else ''}"
+                     f"{f', re-ranking {best.refine} x {k}' if best.refine > 1 else ''}; OPQ "
+                     f"{'searched' if True in opq else 'not searched'}, re-ranking factors "
+                     f"{', '.join(map(str, refines))}) finds {best.recall:.3f}; "
+                     f"product-quantisation codes of at most {max(ms)} bytes limit it (the "
+                     f"node's m is at most its {word_bytes}-byte memory word; a longer code, "
+                     "or re-ranking more candidates with --refine, would be needed)")
         else:
             limit = (f"no design reaching recall@{goal.at} >= {goal.recall:g} fits "
                      f"{budget:g}% of the {board.name}'s resources (of {len(cache)} estimated)")
@@ -419,20 +451,27 @@ def explore(base, queries, *, goal, board="u250", gt=None, nodes=1, budget=85.0,
                      "query stream (all nodes search every query)")
     notes.append(f"cycles per query from the cycle model on {min(model_queries, len(queries_i))}"
                  " queries' probed lists")
+    if max(refines) > 1:
+        notes.append("a design with refine r returns r x k results and the host keeps the k "
+                     "nearest by exact distance on the stored 8-bit vectors: r x k x D "
+                     "multiply-adds per query and the base's vectors in host memory, not in "
+                     "the node's QPS")
     return {"goal": str(goal), "board": board.name, "nodes": nodes, "budget_percent": budget,
             "base_vectors": int(len(base_i)), "dim": int(base_i.shape[1]),
             "queries": int(len(queries_i)), "query_rows": rows_q.tolist(), "notes": notes,
             "grid": {"nlist": nlists, "m": ms, "nprobe": list(NPROBES), "opq": list(opq),
+                     "refine": refines,
                      "channels": sorted({r["channels"] for r in rows}),
                      "lut_sub_par": list(lut_widths), "queue": list(queues)},
             "clock": {"mhz": clock_mhz, "ratio": clock["ratio"], "block": clock["block"],
                       "measured": clock["clock_mhz"] is not None},
             "index_points": [{"nlist": p.nlist, "m": p.m, "nprobe": p.nprobe, "opq": p.opq,
-                              "recall": p.recall} for p in points],
+                              "refine": p.refine, "recall": p.recall} for p in points],
             "designs": len(rows), "estimated": len(cache),
             "front": front, "chosen": chosen, "limit": limit,
             "all": [{k2: r[k2] for k2 in ("recall", "qps", "nlist", "m", "nprobe", "opq",
-                                          "channels", "lut_sub_par", "queue")} for r in rows],
+                                          "refine", "channels", "lut_sub_par", "queue")}
+                    for r in rows],
             "seconds": time.monotonic() - t0}
 
 
@@ -474,7 +513,10 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, sy
         data = prepare(cfg, base=b, queries=q, nprobe=row["nprobe"],
                        count=len(queries), seed=seed)           # every query, in order
         data.index.index.nprobe = row["nprobe"]
-        found = data.index.index.search(data.queries.astype(np.float32), goal.at)[1]
+        found = data.index.index.search(data.queries.astype(np.float32), cfg.k)[1]
+        refine = int(row.get("refine", 1))
+        if refine > 1:                # the host's re-ranking of the node's refine x k results
+            found = refine_ids(found, data.base, data.queries, goal.at)
         recall = recall_at(found, truth, goal.at)
         sim, cycles = simulate_sample(cfg, data, n, seed, log)
         model = [layout_query_cycles(cfg, data.layout, pr, cfg.k)["total"]
@@ -483,7 +525,7 @@ def validate(result, base, queries, count, *, gt=None, sim_queries=8, seed=1, sy
         mean_error = (float(abs(np.mean(model) - np.mean(cycles)) / np.mean(cycles))
                       if cycles else None)
         out.append({"config": row["config"], "nprobe": row["nprobe"],
-                    "opq": bool(row.get("opq")),
+                    "opq": bool(row.get("opq")), "refine": refine,
                     "recall": recall, "reaches_goal": recall >= goal.recall,
                     "simulated_queries": n, "mismatches": sim["mismatches"],
                     "timeout": sim["timeout"], "cycles": cycles, "model_cycles": model,
