@@ -290,3 +290,40 @@ def test_bench_timing_refuses_a_bad_pnr_timeout(tmp_path):
                                        str(tmp_path / "t.json")])
     assert result.exit_code == 2, result.output
     assert "pnr-timeout" in result.output and not (tmp_path / "t.json").exists()
+
+
+@requires_ecp5_flow
+def test_block_options_place_the_reference_the_same_way(tmp_path, monkeypatch):
+    """A block's own nextpnr options (lut-builder: the static placer) reach the block's and the
+    reference's place and route alike, the reference's in its own cache folder, and they are
+    part of the row's flow fingerprint, so a row placed with other options is not kept."""
+    from hwgen.flow import timing
+    monkeypatch.setenv("HWGEN_CACHE", str(tmp_path / "cache"))
+    placed = []
+
+    def fake_synth(tools, work, v_name, top):
+        (work / f"{top}.json").write_text("{}")
+        return {"LUT4": 1}, "fake"
+
+    def fake_pnr(tools, work, top, seeds, log=None, options=()):
+        placed.append((top, work, tuple(options)))
+        return {"fmax_mhz": 130.0 if top != "timing_reference" else 140.0,
+                "per_seed": [130.0], "failed_seeds": {}}
+
+    monkeypatch.setattr(timing, "_ecp5_synth", fake_synth)
+    monkeypatch.setattr(timing, "_pnr", fake_pnr)
+    acc = registry.get("lut-builder")
+    assert acc.pnr_options == ("--placer", "static")
+    report = measure_timing(acc, acc.make_config(["dim=16", "m=2"]), seeds=1, xilinx=False)
+    assert [(top, opts) for top, _, opts in placed] == [
+        ("lut_builder", ("--placer", "static")), ("timing_reference", ("--placer", "static"))]
+    assert report["pnr_options"] == ["--placer", "static"]
+    assert report["fmax_ratio"] == round(130.0 / 140.0, 3)
+    assert report["flow"] == timing.flow_fingerprint(options=acc.pnr_options)
+    assert report["flow"] != timing.flow_fingerprint()
+    # the default flow's reference folder is another one
+    plain = registry.get("gmi-header")
+    measure_timing(plain, plain.make_config(), seeds=1, xilinx=False)
+    assert placed[-1][2] == () and placed[-1][1] != placed[1][1]
+    assert timing.pnr_args("a.json", 1, "r", "l", ("--placer", "static"))[-2:] == [
+        "--placer", "static"]

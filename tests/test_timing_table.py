@@ -279,7 +279,7 @@ def test_kept_rows_are_not_placed_again(tmp_path, monkeypatch, remeasure):
                                       "config": e["configs"][0]}}
                 for i, e in enumerate(entries)]
     monkeypatch.setattr(timing_bench, "run_sweep", fake_sweep)
-    monkeypatch.setattr(timing_bench, "flow_fingerprint", lambda: "f" * 16)
+    monkeypatch.setattr(timing_bench, "flow_fingerprint", lambda **_: "f" * 16)
     results = tmp_path / "t.json"
     old = _row(verilog_sha256=_gmi_header_sha(tmp_path / "v"), flow="f" * 16)
     timing_table.save({"format": timing_table.FORMAT, "rows": {"gmi-header": old}}, results)

