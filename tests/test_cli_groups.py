@@ -22,7 +22,7 @@ TREE = {
          "chamvs", "recsys", "cluster", "windve", "espn", "ralm"},
     "chamvs": {"demo", "serve", "shard", "size-queues", "bench", "explore"},
     "recsys": {"partition", "cluster-sim", "bench"},
-    "cluster": {"build", "sim", "bench"},
+    "cluster": {"build", "fit", "sim", "bench"},
     "windve": {"run", "stress", "calibrate", "cost"},
     "espn": {"index", "bench", "query"},
     "ralm": {"bench", "generate"},
