@@ -10,7 +10,9 @@ from conftest import requires_verilator, requires_yosys
 from hwgen import registry
 from hwgen.cli import main
 from hwgen.cluster.run import encoder_sim
+from hwgen.cluster.plan.placement import plan
 from hwgen.cluster.run import fit as F
+from hwgen.cluster.run.builder import fpga_plans
 from hwgen.cluster.spec import describe as D
 from hwgen.errors import ConfigError
 
@@ -78,6 +80,23 @@ def test_bert_config_resizes_the_template(tmp_path):
     bad.write_text(json.dumps({"hidden_size": 768, "num_attention_heads": 12}))
     with pytest.raises(ConfigError, match="intermediate_size"):
         F.model_description(str(bad), 128, "sidewinder")
+
+
+def test_bert_large_plans_at_128_tokens():
+    """16 heads move the kernel ids: the template's reserved id 33 (the paper's 12-head
+    numbering) is dropped rather than falling among scatter_v's members, and FFN down's
+    sentence-deep input FIFO (128 rows of 4,096 bytes: 65,538 beats) is accepted."""
+    desc = F.model_description(str(MODELS / "bert-large-uncased.config.json"), 128,
+                               "sidewinder")
+    assert "reserved_ids" not in desc["clusters"][0]
+    parsed = D.parse(desc)
+    plans = plan(parsed)
+    fpgas = [fp for p in plans for fp in fpga_plans(p, plans, parsed)]
+    depths = [d for fp in fpgas for k in fp.computes.values() for d in k.p2r.depths]
+    assert max(depths) == 128 * 4096 // 8 + 2
+    base = F.model_description(str(MODELS / "bert-base-uncased.config.json"), 128,
+                               "sidewinder")
+    assert "33" in base["clusters"][0]["reserved_ids"]      # the paper's ids kept at 12 heads
 
 
 def test_minilm_keeps_its_calibrated_files_and_token_limit():

@@ -8,6 +8,7 @@ import click
 from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
+from ..contract import RESOURCE_KEYS
 from ..errors import ConfigError, SimulationMismatch
 from ..vecsearch.host import node_server
 from .common import config as _config
@@ -329,10 +330,10 @@ def yosys_line(check):
         return f"resources not checked by yosys: {check['why']}"
     parts = [f"{key} {check[key]['yosys']:,} (estimate {check[key]['estimate']:,}"
              + (f", x{check[key]['ratio']:.2f}" if check[key]["ratio"] is not None else "")
-             + ")" for key in ("lut", "ff", "bram18", "uram", "dsp")]
+             + ")" for key in RESOURCE_KEYS]
     verdict = ("within the estimate's stated error" if check["ok"] else
                "OUTSIDE the estimate's stated error: " + ", ".join(
-                   k for k in ("lut", "ff", "bram18", "uram", "dsp") if not check[k]["within"]))
+                   k for k in RESOURCE_KEYS if not check[k]["within"]))
     took = f"{check['seconds']:.0f} s" if check["seconds"] >= 0.5 else "cached"
     return f"yosys synth_xilinx ({took}): " + ", ".join(parts) + f"; {verdict}"
 

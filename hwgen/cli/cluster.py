@@ -10,6 +10,7 @@ from .. import checks
 from ..cli_support import log as _log
 from ..cli_support import reports_errors
 from ..errors import ConfigError, SimulationMismatch
+from . import common
 from .common import alias_option, named_command
 
 __all__ = ["cluster", "bench_cluster"]
@@ -81,7 +82,7 @@ def cluster_fit(model, tokens, board, fpgas, cap, interval, exact, out_path, jso
     """Choose every kernel's parallelism for one target interval and fit the FPGAs."""
     from ..cluster.run import fit as F
     checks.at_least("tokens", tokens, 1, 4096)
-    F.check_board(board)
+    common.board(board)
     checks.output_file("out", out_path)
     if json_path:
         checks.output_file("json", json_path)

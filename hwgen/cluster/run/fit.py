@@ -38,7 +38,8 @@ from ...boards import load_board
 from ...errors import ConfigError
 from ..plan.placement import plan
 from ..spec import describe as D
-from .builder import fpga_plans, resource_table
+from ...checks import read_json
+from .builder import RESOURCE_KEYS, fpga_plans, resource_table
 
 __all__ = ["KNOBS", "FitError", "fit", "model_description", "BERT_TEMPLATE", "MINILM_TEMPLATE"]
 
@@ -145,7 +146,7 @@ def model_description(model, tokens, board):
         if not path.is_file():
             raise ConfigError("model", "not `minilm` nor a file (a Hugging Face config.json "
                               "or a cluster description)", value=model)
-        obj = D._load_json(path, "model")
+        obj = read_json(path, "model")
         if "clusters" in obj:
             desc = _inline_layers(obj, path.parent)
         else:
@@ -173,7 +174,7 @@ def _inline_layers(obj, base):
     layers = obj["layers"]
     if isinstance(layers, str):
         path = Path(base) / layers
-        layers = D._load_json(path, "layers")
+        layers = read_json(path, "layers")
         base = path.parent
     for layer in layers["layers"]:
         for mod in layer["modules"]:
@@ -205,6 +206,11 @@ def _bert_from_config(cfg, path):
     sizes = {768: hidden, 3072: ffn, 64: head_dim}      # the template's H, FFN and head size
     for layer in desc["layers"]["layers"]:
         if "count" in layer:
+            if layer["count"] != heads:
+                # the template skips id 33 to give the paper's 12-head ids; with another head
+                # count the ids move and 33 would fall among a GMI kernel's members
+                for cluster in desc["clusters"]:
+                    cluster.pop("reserved_ids", None)
             layer["count"] = heads
         for mod in layer["modules"]:
             p = mod["params"]
@@ -395,7 +401,7 @@ def _report(desc, target, mapping, picks, table, modules, cap):
 
 def lines(result):
     """The per-FPGA table ``hwgen cluster fit`` prints."""
-    keys = ("lut", "ff", "bram", "uram", "dsp")
+    keys = RESOURCE_KEYS
     head = (f"{'FPGA':<8} {'interval':>8} {'latency':>8} "
             + " ".join(f"{k.upper() if k != 'bram' else 'BRAM18':>7}" for k in keys)
             + "  binding  kernels")
@@ -411,7 +417,3 @@ def lines(result):
                    + f"  {f['binding']:<7}  " + ", ".join(f["kernels"]))
     return out
 
-
-def check_board(board):
-    """``board`` loaded (a clear error when unknown)."""
-    return load_board(board)

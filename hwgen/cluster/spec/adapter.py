@@ -281,10 +281,10 @@ class PacketsToRowsConfig(_FormatConfig):
                            "format keys override the row format for that source (--set: "
                            "'id[:key=value...],...', e.g. '4:field=p:lanes=3,5:field=v')",
                            item=Source, parse=parse_sources)
-    fifo_depth: int = param(16, "packet beats buffered per source", lo=2, hi=1 << 16)
+    fifo_depth: int = param(16, "packet beats buffered per source", lo=2, hi=1 << 20)
     fifo_depths: tuple = param((), "per-source FIFO depths in beats, in the order of sources "
                                    "(empty: fifo_depth for every source; --set: 'd0,d1,...')",
-                               item=int, lo=2, hi=1 << 16, parse=_parse_depths)
+                               item=int, lo=2, hi=1 << 20, parse=_parse_depths)
 
     @property
     def depths(self):
