@@ -154,6 +154,31 @@ def test_fitted_mini_encoder_is_bit_exact(fitted, tmp_path):
     assert r["mismatches"] == 0
 
 
+def test_router_load_of_minilm_is_ten_rows_a_token():
+    """fpga1 of MiniLM forwards, per token, the input row to q, k, v and the residual (virtual
+    broadcast), q/k/v's rows to their scatters and the scatters' 12 head slices: 10 rows of
+    384 int8 = 48 beats of 64 bits, 480 beats; folding its kernels faster than that buys
+    nothing."""
+    rows = F.router_rows(F.model_description("minilm", 64, "sidewinder"), 64)
+    assert rows["fpga1"] == 10 * 384 // 8
+
+
+def test_kernels_are_folded_to_the_busiest_router(fitted, monkeypatch):
+    """Without ``--interval`` the target is the smallest module interval at or above the
+    busiest router's beats per row (here a stand-in of 100 per FPGA)."""
+    assert fitted["router_bound"]["beats_per_row"] == max(
+        f["router_beats_per_row"] for f in fitted["fpgas"].values())
+    assert fitted["packet_model"]["T"] >= fitted["packet_model"]["X"] > 0
+    monkeypatch.setattr(F, "router_rows", lambda desc, tokens: {
+        f["name"]: 100.0 for f in desc["clusters"][0]["fpgas"]})
+    desc = F.model_description(str(D.DESCRIPTIONS_DIR / "mini_encoder.json"), 3, "sidewinder")
+    r = F.fit(desc, 3)
+    reachable = {c.interval for _, _, kind, params in F._modules(desc)
+                 for c in F.choices(kind, params, 3)}
+    assert r["target"] == min(t for t in reachable if t >= 100)
+    assert r["interval"] <= r["target"] and r["router_bound"]["beats_per_row"] == 100
+
+
 @pytest.mark.parametrize("threshold", [1, 4, 5, 9, 10, 99])
 @pytest.mark.parametrize("bound_from", [0, 3, 7])
 def test_search_finds_the_smallest_fitting_target(threshold, bound_from):

@@ -16,6 +16,13 @@ in I: the smallest feasible I over the intervals the modules can reach is found 
 up from the first interval whose multipliers fit, then bisecting.
 Exhaustive over mappings, exact per interval; no solver is needed while the mapping is fixed.
 
+The routers set a floor the kernels cannot: every packet an FPGA's kernels send passes its one
+router, one beat a cycle (:mod:`hwgen.cluster.plan.router_load`), so an FPGA never emits rows
+faster than its router's beats per row. Without a given interval the kernels are folded to the
+smallest interval at or above the busiest router's (:func:`router_rows`): parallelism beyond it
+costs DSPs and buys no interval. The packet model
+(:func:`~hwgen.cluster.plan.packet_model.packet_timing`) predicts X, T and I of the result.
+
 Each FPGA's resources are the cluster builder's table (:func:`~hwgen.cluster.run.builder.
 resource_table`: every module, the packet adapters and buffers, the shell); the cap applies to
 each of LUT, FF, BRAM18, URAM and DSP. The compute modules (what folding changes) are counted
@@ -36,10 +43,13 @@ from pathlib import Path
 from ... import registry
 from ...boards import load_board
 from ...errors import ConfigError
-from ..plan.placement import plan
-from ..spec import describe as D
 from ...checks import read_json
+from ..plan.packet_model import packet_timing
+from ..plan.placement import plan
+from ..plan.router_load import description_load
+from ..spec import describe as D
 from .builder import RESOURCE_KEYS, fpga_plans, resource_table
+from .encoder_sim import HOP_CYCLES
 
 __all__ = ["KNOBS", "FitError", "fit", "model_description", "BERT_TEMPLATE", "MINILM_TEMPLATE"]
 
@@ -313,6 +323,12 @@ def fit(desc, tokens, *, fpgas=None, cap=0.85, interval=None, exact=False, log=N
 
     best, last = None, None
     for mapping in _merged(groups, n):
+        router = router_rows(_applied(desc, mapping, {}), tokens)
+        mine = targets
+        if interval is None:
+            # kernels faster than the busiest router buy no interval: fold them to its pace
+            mine = [t for t in targets if t >= max(router.values())] or targets[-1:]
+
         def attempt(target):
             picks = {key: _pick(opts, target) for key, opts in options.items()}
             trial = _applied(desc, mapping, picks)
@@ -322,11 +338,11 @@ def fit(desc, tokens, *, fpgas=None, cap=0.85, interval=None, exact=False, log=N
                     + ("fits" if ok else "over the cap"))
             return ok, (target, mapping, picks, trial, table, worst)
 
-        found = _smallest_fitting(targets, attempt,
+        found = _smallest_fitting(mine, attempt,
                                   lambda t, mapping=mapping: multipliers_fit(mapping, t))
         if found[0]:
             if best is None or found[1][0] < best[0]:
-                best = found[1]
+                best = found[1] + (router,)
         else:
             last = found[1]
     if best is None:
@@ -334,10 +350,22 @@ def fit(desc, tokens, *, fpgas=None, cap=0.85, interval=None, exact=False, log=N
         name = {"bram": "BRAM18"}.get(key, key.upper())
         raise FitError("fit", f"nothing fits: {fpga} needs {pct:.1f}% of its {name} at the "
                        f"least parallelism (cap {cap:.0%})", value=f"{n} FPGAs")
-    target, mapping, picks, trial, table, worst = best
-    result = _report(trial, target, mapping, picks, table, modules, cap)
+    target, mapping, picks, trial, table, worst, router = best
+    result = _report(trial, target, mapping, picks, table, modules, cap, router)
     result["counted_by"] = "yosys" if exact else "netlist modules, yosys infrastructure"
+    timing = packet_timing(D.parse(trial), tokens, HOP_CYCLES)
+    result["packet_model"] = {"X": timing["X"], "T": timing["T"], "I": timing["I"],
+                              "hop_cycles": HOP_CYCLES}
     return result
+
+
+def router_rows(desc, tokens):
+    """``{FPGA name: beats its router forwards per row}`` of description object ``desc`` at M
+    = ``tokens`` (:func:`~hwgen.cluster.plan.router_load.router_load`): one beat a cycle, so
+    no FPGA emits rows faster than that, whatever its kernels' parallelism."""
+    load = description_load(D.parse(desc), tokens)
+    names = [f["name"] for f in desc["clusters"][0]["fpgas"]]
+    return {name: row["beats"] / tokens for name, row in zip(names, load.values())}
 
 
 def _smallest_fitting(targets, attempt, bound):
@@ -372,7 +400,7 @@ def _smallest_fitting(targets, attempt, bound):
     return True, found
 
 
-def _report(desc, target, mapping, picks, table, modules, cap):
+def _report(desc, target, mapping, picks, table, modules, cap, router):
     layers = desc["layers"]["layers"]
     kernel_interval, kernel_latency = {}, {}
     rows = []
@@ -390,11 +418,14 @@ def _report(desc, target, mapping, picks, table, modules, cap):
         per_fpga[fname] = {
             "kernels": kernels,
             "interval": max((kernel_interval[k] for k in mine), default=0),
+            "router_beats_per_row": router[fname],
             "latency": max((kernel_latency[k] for k in mine), default=0),
             "total": row["total"], "percent": row["percent"], "binding": binding,
             "fits": max(row["percent"].values()) <= cap * 100}
     achieved = max(kernel_interval.values())
+    busiest = max(router, key=router.get)
     return {"description": desc, "interval": achieved, "target": target,
+            "router_bound": {"fpga": busiest, "beats_per_row": router[busiest]},
             "mapping": [[n, k] for n, k in mapping], "modules": rows, "fpgas": per_fpga,
             "cap": cap, "table": table}
 
@@ -402,7 +433,7 @@ def _report(desc, target, mapping, picks, table, modules, cap):
 def lines(result):
     """The per-FPGA table ``hwgen cluster fit`` prints."""
     keys = RESOURCE_KEYS
-    head = (f"{'FPGA':<8} {'interval':>8} {'latency':>8} "
+    head = (f"{'FPGA':<8} {'interval':>8} {'router':>7} {'latency':>8} "
             + " ".join(f"{k.upper() if k != 'bram' else 'BRAM18':>7}" for k in keys)
             + "  binding  kernels")
     out = [f"interval {result['interval']:g} cycles per row (every kernel at most that), "
@@ -412,8 +443,17 @@ def lines(result):
                    "yosys too) and yosys for adapters, buffers and shell"),
            head, "-" * len(head)]
     for name, f in result["fpgas"].items():
-        out.append(f"{name:<8} {f['interval']:>8g} {f['latency']:>8} "
+        out.append(f"{name:<8} {f['interval']:>8g} {f['router_beats_per_row']:>7g} "
+                   f"{f['latency']:>8} "
                    + " ".join(f"{f['percent'][k]:>6.1f}%" for k in keys)
                    + f"  {f['binding']:<7}  " + ", ".join(f["kernels"]))
+    bound = result["router_bound"]
+    out.append(f"router: {bound['fpga']} forwards {bound['beats_per_row']:g} beats per row "
+               "(one a cycle): a floor on the cluster's interval whatever the kernels; "
+               "without --interval the kernels are folded to the smallest interval at or "
+               "above it")
+    pm = result["packet_model"]
+    out.append(f"packet model (hop {pm['hop_cycles']} cycles): X {pm['X']:,.0f}, "
+               f"T {pm['T']:,.0f}, I {pm['I']:,.1f} cycles for one sentence (`hwgen cluster "
+               "sim D.json --tokens M` measures them)")
     return out
-
