@@ -52,8 +52,8 @@ def parse_routes(text):
 class SwitchConfig(Config):
     """Kernel switch parameters (ids are 8-bit TDEST values)."""
     data_bits: int = param(64, "TDATA width", choices=(64, 512))
-    inputs: int = param(2, "packet input ports", lo=1, hi=32)
-    outputs: int = param(2, "packet output ports", lo=1, hi=32)
+    inputs: int = param(2, "packet input ports", lo=1, hi=64)
+    outputs: int = param(2, "packet output ports", lo=1, hi=64)
     routes: tuple = param((), "kernel id -> output port, [{kernel, port}, ...] ('id:port,...' "
                               "with --set; default: id % outputs)", item=Route,
                           parse=parse_routes)
