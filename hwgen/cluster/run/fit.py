@@ -371,23 +371,27 @@ def router_rows(desc, tokens):
 def _smallest_fitting(targets, attempt, bound):
     """``(True, result)`` of the smallest of the ascending ``targets`` that ``attempt`` fits,
     or ``(False, result)`` of the largest when none does. Fitting is monotone in the target;
-    targets that fail the cheap ``bound`` are skipped without an attempt, and the search gallops
-    up from the first that passes it (1, 2, 4 ... targets further) and then bisects, so a fit
-    just above the bound costs a few attempts and the slow least-parallel designs are only
-    built when nothing faster fits."""
+    targets that fail the cheap ``bound`` are skipped without an attempt. The first that
+    passes it is tried; if it fails, the largest (the least parallelism) is tried next, and
+    if that fails too nothing fits (two attempts, not a gallop through every power of two:
+    BERT-large on two FPGAs has five mappings and none fits). Otherwise the search gallops up
+    from the first (1, 2, 4 ... targets further) and bisects."""
     last = len(targets) - 1
     lo = next((i for i, t in enumerate(targets) if bound(t)), last)
     ok, result = attempt(targets[lo])
     if ok:
         return True, result
+    if lo == last:
+        return False, result
+    ok, least = attempt(targets[last])
+    if not ok:
+        return False, least
     step = 1
     while True:                                  # targets[lo] fails
         i = min(lo + step, last)
-        ok, found = attempt(targets[i])
+        ok, found = (True, least) if i == last else attempt(targets[i])
         if ok:
             break
-        if i == last:
-            return False, found
         lo, step = i, step * 2
     lo, hi = lo + 1, i                           # targets[lo - 1] fails, targets[hi] fits
     while lo < hi:
