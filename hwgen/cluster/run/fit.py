@@ -28,9 +28,9 @@ resource_table`: every module, the packet adapters and buffers, the shell); the 
 each of LUT, FF, BRAM18, URAM and DSP. The compute modules (what folding changes) are counted
 from their netlists, which is within the stated error of yosys
 (:data:`hwgen.flow.resources.STATED_ERROR`) and mostly over it (not always: the fitted MiniLM's
-fpga6 maps to 1,276 DSPs against about 1,267 estimated); the adapters, packet buffers and shell (fixed by
-the mapping, and 3 to 5 times overcounted by the netlist rules) are mapped with yosys once each
-and cached. ``--exact`` maps the modules with yosys too; ``hwgen cluster build --resources``
+fpga6 maps to 1,276 DSPs against about 1,267 estimated); the adapters, packet buffers and
+shell (fixed by the mapping, and 3 to 5 times overcounted by the netlist rules) are mapped with
+yosys once each and cached. ``--exact`` maps the modules with yosys too; ``hwgen cluster build --resources``
 maps the written description the same way as the exact check.
 """
 
@@ -444,8 +444,8 @@ def lines(result):
     out = [f"interval {result['interval']:g} cycles per row (every kernel at most that), "
            f"cap {result['cap']:.0%} of each resource; resources counted by "
            + ("yosys synth_xilinx" if result.get("counted_by") == "yosys"
-              else "the compute modules' netlists (mostly over yosys's count; --exact maps them with "
-                   "yosys too) and yosys for adapters, buffers and shell"),
+              else "the compute modules' netlists (mostly over yosys's count; --exact maps "
+                   "them with yosys too) and yosys for adapters, buffers and shell"),
            head, "-" * len(head)]
     for name, f in result["fpgas"].items():
         out.append(f"{name:<8} {f['interval']:>8g} {f['router_beats_per_row']:>7g} "
