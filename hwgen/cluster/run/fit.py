@@ -30,8 +30,8 @@ from their netlists, which is within the stated error of yosys
 (:data:`hwgen.flow.resources.STATED_ERROR`) and mostly over it (not always: the fitted MiniLM's
 fpga6 maps to 1,276 DSPs against about 1,267 estimated); the adapters, packet buffers and
 shell (fixed by the mapping, and 3 to 5 times overcounted by the netlist rules) are mapped with
-yosys once each and cached. ``--exact`` maps the modules with yosys too; ``hwgen cluster build --resources``
-maps the written description the same way as the exact check.
+yosys once each and cached. ``--exact`` maps the modules with yosys too; ``hwgen cluster build
+--resources`` maps the written description the same way as the exact check.
 """
 
 import dataclasses
